@@ -1,0 +1,399 @@
+"""The ``ingestdesk`` command. It is a thin shell over :class:`core.Ledger`: the
+dashboard and the tests use the same API.
+
+Exit codes: 0 ok, 2 bad input, 3 conflict, 4 not found, 1 anything else (for
+example a ledger that cannot be opened). With ``--json`` every command prints
+exactly one JSON value on stdout, errors included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from core.config import Settings, settings_from
+from core.errors import BadInput, IngestDeskError
+from core.ledger import DocumentView, Ledger, TaskView, read_upload
+from core.states import ERRORS, DocumentStatus, ErrorCode, TaskStatus
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+
+
+class CliExit(Exception):
+    """A command finished with a non-zero exit code after printing its answer."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class Output:
+    """Collects a command's answer: one JSON value, or lines for a person."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def emit(self, value: Any, text: str | Sequence[str]) -> None:
+        if self.as_json:
+            print(json.dumps(value, default=_json_default, sort_keys=True))
+        else:
+            lines = [text] if isinstance(text, str) else list(text)
+            for line in lines:
+                print(line)
+
+    def log(self, line: str) -> None:
+        """A progress line for a person; silent under --json (stdout stays one value)."""
+        if not self.as_json:
+            print(line, flush=True)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def task_line(t: TaskView) -> str:
+    code = t.error_code.value if t.error_code else "-"
+    name = t.document_name or t.document_id[:8]
+    return (
+        f"{t.short_id}  {t.status.value:<10} {t.stage.value:<10} {t.completed:>4}/{t.total:<4} "
+        f"attempt={t.attempt}  {code:<20} {name}"
+    )
+
+
+def document_line(d: DocumentView) -> str:
+    return f"{d.document_id[:8]}  {d.status.value:<14} {d.kind.value:<8} {d.size:>10}  {d.filename}"
+
+
+# ------------------------------------------------------------------- commands
+
+
+def _read_inputs(args: argparse.Namespace, max_bytes: int) -> list[tuple[bytes, str]]:
+    """Read and check every input before anything is written, so a bad file in a
+    batch leaves the ledger untouched."""
+    files: list[str] = args.files
+    if args.name and len(files) != 1:
+        raise BadInput("--name applies to exactly one file")
+    inputs: list[tuple[bytes, str]] = []
+    problems: list[str] = []
+    for f in files:
+        try:
+            if f == "-":
+                if not args.name:
+                    raise BadInput("reading from stdin ('-') needs --name NAME")
+                inputs.append((sys.stdin.buffer.read(), args.name))
+            else:
+                inputs.append((read_upload(Path(f), max_bytes), args.name or Path(f).name))
+        except BadInput as exc:
+            problems.append(exc.message)
+    if problems:
+        raise BadInput("; ".join(problems))
+    return inputs
+
+
+async def cmd_upload(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    inputs = await asyncio.to_thread(_read_inputs, args, ledger.settings.max_upload_bytes)
+    problems = []
+    for data, name in inputs:
+        try:
+            ledger.check_upload(data, name)
+        except BadInput as exc:
+            problems.append(exc.message)
+    if problems:
+        raise BadInput("; ".join(problems))
+    docs = [await ledger.upload(data, name) for data, name in inputs]
+    submitted: list[TaskView] = []
+    if args.command == "add":
+        submitted = [await ledger.submit(d.document_id, actor=args.actor) for d in docs]
+        out.emit(
+            [t.to_dict() for t in submitted],
+            [
+                f"submitted task={t.task_id} document={t.document_id} name={d.filename}"
+                for t, d in zip(submitted, docs, strict=True)
+            ],
+        )
+    else:
+        out.emit(
+            [d.to_dict() for d in docs],
+            [
+                f"uploaded document={d.document_id} kind={d.kind.value} name={d.filename}"
+                for d in docs
+            ],
+        )
+
+
+async def cmd_submit(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    task = await ledger.submit(args.document_id, actor=args.actor)
+    out.emit(
+        task.to_dict(),
+        f"submitted task={task.task_id} document={task.document_id} status={task.status}",
+    )
+
+
+async def cmd_tasks(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    tasks = await ledger.list_tasks(
+        status=args.status, error_code=args.error_code, limit=args.limit
+    )
+    out.emit([t.to_dict() for t in tasks], [task_line(t) for t in tasks] or ["no tasks"])
+
+
+async def cmd_task(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    task = await ledger.get_task(args.task_id)
+    history = await ledger.task_history(task.task_id)
+    value = task.to_dict() | {"history": [e.to_dict() for e in history]}
+    lines = [
+        f"task      {task.task_id}",
+        f"document  {task.document_id}  {task.document_name or '(gone)'}",
+        f"status    {task.status.value}{'  (stalled)' if task.stalled else ''}",
+        f"stage     {task.stage.value} {task.completed}/{task.total}",
+        f"attempt   {task.attempt} of {task.max_attempts}",
+        f"worker    {task.worker_id or '-'}",
+        f"error     {task.error_code.value if task.error_code else '-'}"
+        + (f" ({task.error_detail})" if task.error_detail else ""),
+        "history:",
+    ]
+    for e in history:
+        lines.append(
+            f"  {when(e.at)}  {e.from_status or '-':>10} -> {e.to_status:<10} stage={e.stage} "
+            f"attempt={e.attempt} actor={e.actor}"
+            + (f" code={e.error_code}" if e.error_code else "")
+            + (f" reason={e.reason!r}" if e.reason else "")
+        )
+    out.emit(value, lines)
+
+
+async def cmd_documents(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    docs = await ledger.list_documents(status=args.status, limit=args.limit)
+    out.emit([d.to_dict() for d in docs], [document_line(d) for d in docs] or ["no documents"])
+
+
+async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    doc = await ledger.get_document(args.document_id)
+    tasks = await ledger.list_tasks(document_id=doc.document_id, limit=None)
+    value = doc.to_dict() | {"tasks": [t.to_dict() for t in tasks]}
+    lines = [
+        f"document  {doc.document_id}",
+        f"name      {doc.filename}",
+        f"status    {doc.status.value} (row version {doc.version})",
+        f"kind      {doc.kind.value}, {doc.size} bytes, sha256 {doc.sha256}",
+        "tasks:",
+        *(f"  {task_line(t)}" for t in tasks),
+    ]
+    out.emit(value, lines)
+
+
+async def cmd_cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    task = await ledger.cancel(args.task_id, actor=args.actor, reason=args.reason)
+    out.emit(
+        task.to_dict(),
+        f"cancelled task={task.task_id} document={task.document_id} (document is a draft again)",
+    )
+
+
+async def cmd_retry(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    task = await ledger.retry(args.task_id, actor=args.actor, reason=args.reason)
+    out.emit(
+        task.to_dict(), f"requeued task={task.task_id} attempt={task.attempt} status={task.status}"
+    )
+
+
+async def cmd_publish(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    doc = await ledger.publish(args.document_id, actor=args.actor)
+    out.emit(doc.to_dict(), f"published document={doc.document_id} name={doc.filename}")
+
+
+async def cmd_chunks(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    chunks = await ledger.chunks(args.document_id)
+    out.emit(
+        [c.to_dict() for c in chunks],
+        [
+            f"{c.ordinal:>4}  page={c.page if c.page is not None else '-':<4} {c.text[:100]!r}"
+            for c in chunks
+        ]
+        or ["no chunks"],
+    )
+
+
+async def cmd_errors(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    value = [
+        {
+            "error_code": i.code.value,
+            "meaning": i.meaning,
+            "advice": i.advice,
+            "transient": i.transient,
+        }
+        for i in ERRORS.values()
+    ]
+    out.emit(value, [f"{i.code.value:<22} {i.meaning}; {i.advice}" for i in ERRORS.values()])
+
+
+Command = Callable[[Ledger, argparse.Namespace, Output], Awaitable[None]]
+
+COMMANDS: dict[str, Command] = {
+    "upload": cmd_upload,
+    "add": cmd_upload,
+    "submit": cmd_submit,
+    "tasks": cmd_tasks,
+    "task": cmd_task,
+    "documents": cmd_documents,
+    "document": cmd_document,
+    "cancel": cmd_cancel,
+    "retry": cmd_retry,
+    "publish": cmd_publish,
+    "chunks": cmd_chunks,
+    "errors": cmd_errors,
+}
+
+
+# --------------------------------------------------------------------- parser
+
+
+def _common_options(*, top_level: bool) -> argparse.ArgumentParser:
+    """Global options, accepted before or after the command. Sub-commands suppress
+    their defaults so they do not overwrite a value given before the command."""
+    common = argparse.ArgumentParser(add_help=False)
+
+    def default(value: object) -> object:
+        return value if top_level else argparse.SUPPRESS
+
+    common.add_argument(
+        "--json", action="store_true", default=default(False), help="print exactly one JSON value"
+    )
+    common.add_argument(
+        "--db",
+        default=default(None),
+        help="ledger URL or SQLite path (env INGESTDESK_DB; default .ingestdesk/ledger.db)",
+    )
+    common.add_argument(
+        "--store", default=default(None), help="object store folder (env INGESTDESK_STORE)"
+    )
+    common.add_argument(
+        "--actor", default=default(getpass.getuser()), help="who is acting, for the audit log"
+    )
+    common.add_argument(
+        "--synchronous",
+        choices=["normal", "full"],
+        default=default(None),
+        help="SQLite durability: full survives power loss, normal (default) is faster",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options(top_level=False)
+    parser = argparse.ArgumentParser(
+        prog="ingestdesk",
+        description="Document ingestion control room. Without a command, opens the dashboard.",
+        parents=[_common_options(top_level=True)],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=help_, parents=[common])
+
+    for name, help_ in (
+        ("upload", "store files as draft documents"),
+        ("add", "upload files and submit each for ingestion"),
+    ):
+        p = add(name, help_)
+        p.add_argument("files", nargs="+", metavar="FILE", help="a path, or - for stdin")
+        p.add_argument("--name", help="display name (required with -)")
+    add("submit", "submit a draft document for ingestion").add_argument("document_id")
+    p = add("tasks", "list ingestion tasks, newest first")
+    p.add_argument("--status", choices=[s.value for s in TaskStatus])
+    p.add_argument("--error-code", choices=[c.value for c in ErrorCode])
+    p.add_argument("--limit", type=int, default=1000)
+    add("task", "one task with its event history").add_argument("task_id")
+    p = add("documents", "list documents")
+    p.add_argument("--status", choices=[s.value for s in DocumentStatus])
+    p.add_argument("--limit", type=int, default=1000)
+    add("document", "one document, its row version and its tasks").add_argument("document_id")
+    for name, help_ in (
+        ("cancel", "cancel a queued, running or retry_wait task"),
+        ("retry", "requeue a failed task"),
+    ):
+        p = add(name, help_)
+        p.add_argument("task_id")
+        p.add_argument("--reason", help="why, for the audit log")
+    add("publish", "publish a document waiting for review").add_argument("document_id")
+    add("chunks", "print a document's chunks").add_argument("document_id")
+    add("errors", "the error codes, what they mean and what to do")
+    _add_runtime_commands(add)
+    return parser
+
+
+def _add_runtime_commands(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """Commands that run long (workers, the dashboard) and live in other modules."""
+    try:
+        from core.worker import add_worker_arguments
+    except ImportError:  # pragma: no cover - the worker arrives with its own issue
+        return
+    add_worker_arguments(add("worker", "claim and run ingestion tasks"))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, object] = {}
+    if getattr(args, "synchronous", None):
+        overrides["sqlite_synchronous"] = args.synchronous.upper()
+    return settings_from(args.db, args.store, **overrides)
+
+
+async def run(args: argparse.Namespace, out: Output) -> None:
+    settings = _settings(args)
+    if args.command == "worker":
+        from core.worker import run_worker_command
+
+        await run_worker_command(settings, args, out)
+        return
+    if args.command == "errors":
+        await cmd_errors(None, args, out)  # type: ignore[arg-type]
+        return
+    ledger = await Ledger.open(settings)
+    try:
+        await COMMANDS[args.command](ledger, args, out)
+    finally:
+        await ledger.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = Output(bool(getattr(args, "json", False)))
+    if args.command is None:
+        args.command = "dashboard"
+    if args.command in ("dashboard", "demo", "race"):
+        print("the dashboard is not built yet", file=sys.stderr)
+        return EXIT_UNEXPECTED
+    try:
+        asyncio.run(run(args, out))
+    except IngestDeskError as exc:
+        kind = type(exc).__name__
+        if out.as_json:
+            print(json.dumps({"error": {"kind": kind, "message": exc.message}}))
+        else:
+            print(f"ingestdesk: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except CliExit as exc:
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Settings for one ledger: where it lives and how it behaves. Built from flags and
+environment at the entry point and passed down; nothing here is read at import time."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+DEFAULT_HOME = ".ingestdesk"
+DEFAULT_DB_FILE = "ledger.db"
+DEFAULT_STORE_DIR = "objects"
+DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024  # 100 MB
+DEFAULT_LEASE_S = 30.0  # seconds a claim stays valid without a heartbeat
+DEFAULT_MAX_ATTEMPTS = 3  # automatic attempts for transient failures
+DEFAULT_BACKOFF_BASE_S = 2.0  # seconds; doubled per attempt, with jitter
+DEFAULT_BACKOFF_MAX_S = 300.0  # seconds
+DEFAULT_STALL_AFTER_S = 60.0  # seconds without progress before a live task is "stalled"
+DEFAULT_BUSY_TIMEOUT_MS = 30_000  # SQLite waits this long for the write lock
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a ledger, a worker and the dashboard need to agree on."""
+
+    db_url: str
+    store_root: Path
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    lease_s: float = DEFAULT_LEASE_S
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff_base_s: float = DEFAULT_BACKOFF_BASE_S
+    backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
+    stall_after_s: float = DEFAULT_STALL_AFTER_S
+    sqlite_synchronous: str = "NORMAL"
+    sqlite_busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def with_(self, **changes: object) -> Settings:
+        """A copy with some fields changed."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of a SQLite ledger file."""
+    return f"sqlite+aiosqlite:///{path.resolve()}"
+
+
+def settings_from(
+    db: str | None = None,
+    store: str | os.PathLike[str] | None = None,
+    *,
+    home: Path | None = None,
+    environ: dict[str, str] | None = None,
+    **overrides: object,
+) -> Settings:
+    """Resolve settings: explicit flags win, then INGESTDESK_* environment, then a
+    ``.ingestdesk/`` folder in the current directory."""
+    env = os.environ if environ is None else environ
+    base = (home or Path.cwd()) / DEFAULT_HOME
+    db = db or env.get("INGESTDESK_DB") or None
+    store = store or env.get("INGESTDESK_STORE") or None
+    if db is None:
+        db_url = sqlite_url(base / DEFAULT_DB_FILE)
+    elif "://" in db:
+        db_url = db
+    else:
+        # A bare path is the friendliest spelling of a SQLite ledger.
+        db_url = sqlite_url(Path(db))
+    store_root = Path(store) if store is not None else base / DEFAULT_STORE_DIR
+    if "INGESTDESK_SYNCHRONOUS" in env and "sqlite_synchronous" not in overrides:
+        overrides["sqlite_synchronous"] = env["INGESTDESK_SYNCHRONOUS"].upper()
+    return Settings(db_url=db_url, store_root=store_root).with_(**overrides)

@@ -1,0 +1,53 @@
+"""Exceptions core raises to its callers. Each one's docstring is its default message,
+and each maps to one CLI exit code so scripts can tell them apart."""
+
+from __future__ import annotations
+
+
+class IngestDeskError(Exception):
+    """ingestdesk could not do that."""
+
+    exit_code = 1
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class BadInput(IngestDeskError):
+    """The input was not accepted."""
+
+    exit_code = 2
+
+
+class Conflict(IngestDeskError):
+    """That change is not allowed in the current state."""
+
+    exit_code = 3
+
+
+class NotFound(IngestDeskError):
+    """No such record in the ledger."""
+
+    exit_code = 4
+
+
+class LedgerUnavailable(IngestDeskError):
+    """The ledger could not be opened."""
+
+    exit_code = 1
+
+
+class SchemaTooNew(LedgerUnavailable):
+    """This ledger was written by a newer ingestdesk; upgrade ingestdesk to open it."""
+
+
+class ObjectReadError(IngestDeskError):
+    """The stored original is missing or does not match its checksum."""
+
+
+class ClaimBug(IngestDeskError):
+    """A claim updated more than one row: the claim statement is wrong."""

@@ -1,0 +1,1281 @@
+"""The ledger: the one place that owns task and document SQL.
+
+Every state change is a conditional UPDATE whose WHERE clause *is* the transition
+rule, so two writers racing on one row can never both win: the loser's statement
+matches zero rows and the ledger answers ``None`` (claims, worker writes) or raises
+:class:`Conflict` (operator actions). Reads return frozen dataclasses, never ORM rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from core import db
+from core.config import Settings
+from core.errors import BadInput, ClaimBug, Conflict, NotFound
+from core.models import CLAIMABLE_SQL, Chunk, Document, IngestionTask, Outbox, TaskEvent
+from core.models import WorkerRecord as WorkerRow
+from core.states import (
+    CANCELLABLE,
+    ERRORS,
+    DocumentKind,
+    DocumentStatus,
+    ErrorCode,
+    Stage,
+    TaskStatus,
+)
+from core.store import ObjectStore
+
+TASKS = IngestionTask.__table__
+DOCUMENTS = Document.__table__
+EVENTS = TaskEvent.__table__
+CHUNKS = Chunk.__table__
+OUTBOX = Outbox.__table__
+WORKERS = WorkerRow.__table__
+
+ERROR_DETAIL_MAX = 500  # characters
+NAME_MAX = 255  # characters of a display name
+SHORT_ID_MIN = 4  # characters a task/document id prefix needs to be accepted
+WORKER_GONE_AFTER_S = 90.0  # seconds without a heartbeat before a worker counts as vanished
+
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f]|\.\.|[/\\]")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def display_name(name: str) -> str:
+    """Neutralise a user-supplied filename into display text.
+
+    Path separators and ``..`` become ``_`` and control characters go, so the
+    name can be shown anywhere and can never be mistaken for a path.
+    """
+    cleaned = _UNSAFE_NAME.sub("_", name).strip().lstrip(".")
+    return cleaned[:NAME_MAX] or "unnamed"
+
+
+def error_detail_of(exc: BaseException) -> str:
+    """What a failure may say about an exception: its type name, nothing else."""
+    return type(exc).__name__[:ERROR_DETAIL_MAX]
+
+
+def read_upload(path: Path, max_bytes: int) -> bytes:
+    """Read a file meant for upload, turning every way it can be wrong into BadInput."""
+    if not path.exists():
+        raise BadInput(f"{path}: no such file")
+    if path.is_dir():
+        raise BadInput(f"{path}: is a directory, not a file")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise BadInput(f"{path}: {size} bytes is over the upload limit of {max_bytes} bytes")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from exc
+
+
+# --------------------------------------------------------------------------- views
+
+
+@dataclass(frozen=True)
+class DocumentView:
+    document_id: str
+    filename: str
+    sha256: str
+    object_key: str
+    size: int
+    kind: DocumentKind
+    status: DocumentStatus
+    version: int
+    created_at: float
+    updated_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TaskView:
+    task_id: str
+    document_id: str
+    status: TaskStatus
+    stage: Stage
+    completed: int
+    total: int
+    attempt: int
+    error_code: ErrorCode | None
+    error_detail: str | None
+    document_name: str | None = None
+    max_attempts: int = 0
+    worker_id: str | None = None
+    lease_expires_at: float | None = None
+    next_attempt_at: float | None = None
+    progress_at: float | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    revision: int = 0
+    options: Mapping[str, Any] = field(default_factory=dict)
+    stalled: bool = False
+
+    @property
+    def short_id(self) -> str:
+        return self.task_id[:8]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["options"] = dict(self.options)
+        return out
+
+
+@dataclass(frozen=True)
+class TaskEventView:
+    event_id: int
+    task_id: str
+    at: float
+    actor: str
+    from_status: TaskStatus | None
+    to_status: TaskStatus
+    stage: Stage
+    attempt: int
+    error_code: ErrorCode | None
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Proof that a worker holds a task. ``attempt`` is the fencing token: every
+    write the worker makes is conditional on it, so a worker presumed dead cannot
+    overwrite a newer attempt."""
+
+    task_id: str
+    document_id: str
+    worker_id: str
+    attempt: int
+    max_attempts: int
+    lease_expires_at: float
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    ordinal: int
+    text: str
+    page: int | None
+    char_start: int
+    char_end: int
+    embedding: bytes | None = None
+
+
+@dataclass(frozen=True)
+class ChunkView:
+    document_id: str
+    ordinal: int
+    text: str
+    page: int | None
+    char_start: int
+    char_end: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    error_code: ErrorCode
+    stage: Stage
+    count: int
+    first_seen: float
+    last_seen: float
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    worker_id: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    stopped_at: float | None
+    alive: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Reaped:
+    task_id: str
+    status: TaskStatus
+    attempt: int
+
+
+# ---------------------------------------------------------------------- the ledger
+
+
+def _next_revision() -> Any:
+    # Writers are serialised (BEGIN IMMEDIATE on SQLite, an advisory lock on
+    # PostgreSQL), so MAX+1 over the revision index is gap-free and commits in order.
+    return select(func.coalesce(func.max(TASKS.c.revision), 0) + 1).scalar_subquery()
+
+
+def _held(claim: Claim) -> ColumnElement[bool]:
+    """The fence: this worker still holds this attempt and the task is running."""
+    return (
+        (TASKS.c.id == claim.task_id)
+        & (TASKS.c.status == TaskStatus.RUNNING.value)
+        & (TASKS.c.attempt == claim.attempt)
+        & (TASKS.c.worker_id == claim.worker_id)
+    )
+
+
+_TASK_COLUMNS = (
+    TASKS.c.id,
+    TASKS.c.document_id,
+    TASKS.c.status,
+    TASKS.c.stage,
+    TASKS.c.completed,
+    TASKS.c.total,
+    TASKS.c.attempt,
+    TASKS.c.error_code,
+    TASKS.c.error_detail,
+    TASKS.c.max_attempts,
+    TASKS.c.worker_id,
+    TASKS.c.lease_expires_at,
+    TASKS.c.next_attempt_at,
+    TASKS.c.progress_at,
+    TASKS.c.created_at,
+    TASKS.c.updated_at,
+    TASKS.c.revision,
+    TASKS.c.options,
+)
+
+
+class Ledger:
+    """Tasks, documents, chunks and their history on one SQLite file or PostgreSQL
+    database. Safe to use from many coroutines: each call is its own transaction."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+        ids: Callable[[], str] = new_id,
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.store = ObjectStore(settings.store_root)
+        self.clock = clock
+        self._ids = ids
+        self._writer = engine.execution_options(**{db.WRITE_OPTION: True})
+        self._postgres = engine.dialect.name == "postgresql"
+
+    @classmethod
+    async def open(
+        cls,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+        ids: Callable[[], str] = new_id,
+    ) -> Ledger:
+        """Open (creating or upgrading) the ledger the settings point at."""
+        engine = db.make_engine(settings)
+        try:
+            await db.prepare(engine)
+        except BaseException:
+            await engine.dispose()
+            raise
+        return cls(engine, settings, clock=clock, ids=ids)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def __aenter__(self) -> Ledger:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def backend(self) -> str:
+        return self.engine.dialect.name
+
+    # ------------------------------------------------------------ transactions
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        async with self._writer.begin() as conn:
+            if self._postgres:
+                await conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:k)"), {"k": db.PG_WRITE_LOCK_KEY}
+                )
+            yield conn
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        # Short-lived on purpose: an open read transaction pins the WAL and blocks
+        # checkpoints, so never hold one across a sleep.
+        async with self.engine.connect() as conn:
+            yield conn
+
+    async def _event(
+        self,
+        conn: AsyncConnection,
+        rows: Iterable[Mapping[str, Any]],
+        actor: str,
+        reason: str | None = None,
+    ) -> None:
+        now = self.clock()
+        events = [
+            {
+                "task_id": r["id"],
+                "at": now,
+                "actor": actor,
+                "from_status": r["previous_status"],
+                "to_status": r["status"],
+                "stage": r["stage"],
+                "attempt": r["attempt"],
+                "error_code": r["error_code"],
+                "reason": reason,
+            }
+            for r in rows
+        ]
+        if events:
+            await conn.execute(insert(EVENTS), events)
+
+    # ---------------------------------------------------------------- documents
+
+    async def upload(self, data: bytes, name: str) -> DocumentView:
+        """Store the original and record a draft document.
+
+        The object is written (and fsynced) before the row commits: an orphaned
+        object is harmless, a row without its object is not.
+        """
+        kind = self.check_upload(data, name)
+        # fsync can take tens of milliseconds: keep it off the event loop.
+        key, digest = await asyncio.to_thread(self.store.put, data)
+        now = self.clock()
+        doc = {
+            "id": self._ids(),
+            "filename": display_name(name),
+            "sha256": digest,
+            "object_key": key,
+            "size": len(data),
+            "kind": kind.value,
+            "status": DocumentStatus.DRAFT.value,
+            "version": 1,
+            "created_at": now,
+            "updated_at": now,
+        }
+        async with self._write() as conn:
+            await conn.execute(insert(DOCUMENTS), doc)
+        return _document(doc)
+
+    def check_upload(self, data: bytes, name: str) -> DocumentKind:
+        """Judge an upload without writing anything: its kind, or BadInput saying why not."""
+        from core.parsing import sniff_kind
+
+        if not data:
+            raise BadInput(f"{display_name(name)}: the file is empty (0 bytes)")
+        if len(data) > self.settings.max_upload_bytes:
+            raise BadInput(
+                f"{display_name(name)}: {len(data)} bytes is over the upload limit "
+                f"of {self.settings.max_upload_bytes} bytes"
+            )
+        kind = sniff_kind(data, name)
+        if kind is None:
+            raise BadInput(
+                f"{display_name(name)}: unsupported file type (judged by content); "
+                "ingestdesk takes PDF, Markdown and plain text"
+            )
+        return kind
+
+    async def upload_path(
+        self, path: str | os.PathLike[str], name: str | None = None
+    ) -> DocumentView:
+        """Upload a file from disk, refusing anything that is not a readable file."""
+        data = await asyncio.to_thread(read_upload, Path(path), self.settings.max_upload_bytes)
+        return await self.upload(data, name or Path(path).name)
+
+    async def submit(
+        self, document_id: str, *, actor: str = "system", expected_version: int | None = None
+    ) -> TaskView:
+        """Create a queued task for a draft document and move it to processing, in
+        one transaction. Anything but a draft is a conflict."""
+        now = self.clock()
+        async with self._write() as conn:
+            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
+            cond = (DOCUMENTS.c.id == document_id) & (
+                DOCUMENTS.c.status == DocumentStatus.DRAFT.value
+            )
+            if expected_version is not None:
+                cond &= DOCUMENTS.c.version == expected_version
+            doc = (
+                await conn.execute(
+                    update(DOCUMENTS)
+                    .where(cond)
+                    .values(
+                        status=DocumentStatus.PROCESSING.value,
+                        version=DOCUMENTS.c.version + 1,
+                        updated_at=now,
+                    )
+                    .returning(DOCUMENTS.c.id, DOCUMENTS.c.filename)
+                )
+            ).first()
+            if doc is None:
+                current = await self._document_row(conn, document_id)
+                if expected_version is not None and current.version != expected_version:
+                    raise Conflict(
+                        f"document {document_id[:8]} changed (version {current.version}, "
+                        f"expected {expected_version}); reload and try again"
+                    )
+                raise Conflict(
+                    f"document {document_id[:8]} is {current.status}; only draft documents "
+                    "can be submitted"
+                )
+            task = {
+                "id": self._ids(),
+                "document_id": document_id,
+                "status": TaskStatus.QUEUED.value,
+                "previous_status": None,
+                "stage": Stage.DOWNLOAD.value,
+                "completed": 0,
+                "total": 1,
+                "attempt": 0,
+                "max_attempts": self.settings.max_attempts,
+                "error_code": None,
+                "error_detail": None,
+                "worker_id": None,
+                "lease_expires_at": None,
+                "next_attempt_at": now,
+                "progress_at": None,
+                "options": "{}",
+                "created_at": now,
+                "updated_at": now,
+            }
+            row = (
+                await conn.execute(
+                    insert(TASKS).values(revision=_next_revision()).returning(*_TASK_COLUMNS),
+                    task,
+                )
+            ).one()
+            await self._event(conn, [task], actor)
+            await conn.execute(
+                insert(OUTBOX),
+                {
+                    "topic": "task.submitted",
+                    "payload": json.dumps({"task_id": task["id"], "document_id": document_id}),
+                    "created_at": now,
+                    "delivered_at": None,
+                },
+            )
+        return _task(row, document_name=doc.filename)
+
+    async def publish(self, document_id: str, *, actor: str = "system") -> DocumentView:
+        """A human approved the chunks: review_pending → published (searchable)."""
+        return await self._document_transition(
+            document_id,
+            DocumentStatus.REVIEW_PENDING,
+            DocumentStatus.PUBLISHED,
+            "only documents waiting for review can be published",
+        )
+
+    async def _document_transition(
+        self, document_id: str, source: DocumentStatus, target: DocumentStatus, rule: str
+    ) -> DocumentView:
+        now = self.clock()
+        async with self._write() as conn:
+            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
+            row = (
+                await conn.execute(
+                    update(DOCUMENTS)
+                    .where((DOCUMENTS.c.id == document_id) & (DOCUMENTS.c.status == source.value))
+                    .values(status=target.value, version=DOCUMENTS.c.version + 1, updated_at=now)
+                    .returning(*DOCUMENTS.c)
+                )
+            ).first()
+            if row is None:
+                current = await self._document_row(conn, document_id)
+                raise Conflict(f"document {document_id[:8]} is {current.status}; {rule}")
+        return _document(row._mapping)
+
+    # ------------------------------------------------------------------ claims
+
+    async def claim(
+        self, task_id: str, worker_id: str, *, lease_s: float | None = None
+    ) -> Claim | None:
+        """Claim one task if it is claimable. None means another worker got it
+        first (or it is not claimable): that is an answer, not an error."""
+        now = self.clock()
+        claimable = text(
+            "(status = 'queued' OR (status = 'retry_wait' AND next_attempt_at <= :now))"
+        ).bindparams(now=now)
+        async with self._write() as conn:
+            rows = (
+                await conn.execute(
+                    self._claim_update(worker_id, now, lease_s)
+                    .where(TASKS.c.id == task_id)
+                    .where(claimable)
+                )
+            ).all()
+            if len(rows) > 1:
+                raise ClaimBug(f"claim of {task_id} matched {len(rows)} rows")
+            await self._event(conn, [r._mapping for r in rows], worker_id)
+        return _claim(rows[0], worker_id) if rows else None
+
+    async def claim_next(
+        self, worker_id: str, *, limit: int = 1, lease_s: float | None = None
+    ) -> list[Claim]:
+        """Claim up to ``limit`` of the claimable tasks that have waited longest, in
+        one statement. A worker with k free slots should ask for k at once."""
+        if limit < 1:
+            raise BadInput("limit must be at least 1")
+        now = self.clock()
+        pick = (
+            select(TASKS.c.id)
+            .where(text(CLAIMABLE_SQL))
+            .where(TASKS.c.next_attempt_at <= now)
+            .order_by(TASKS.c.next_attempt_at, TASKS.c.id)
+            .limit(limit)
+        )
+        if self._postgres:
+            pick = pick.with_for_update(skip_locked=True)
+        async with self._write() as conn:
+            rows = (
+                await conn.execute(
+                    self._claim_update(worker_id, now, lease_s).where(
+                        TASKS.c.id.in_(pick.scalar_subquery())
+                    )
+                )
+            ).all()
+            await self._event(conn, [r._mapping for r in rows], worker_id)
+        # RETURNING order is unspecified on PostgreSQL; hand claims out oldest first.
+        rows.sort(key=lambda r: (r.created_at, r.id))
+        return [_claim(r, worker_id) for r in rows]
+
+    def _claim_update(self, worker_id: str, now: float, lease_s: float | None) -> Any:
+        lease = self.settings.lease_s if lease_s is None else lease_s
+        return (
+            update(TASKS)
+            .values(
+                status=TaskStatus.RUNNING.value,
+                previous_status=TASKS.c.status,
+                stage=Stage.DOWNLOAD.value,
+                completed=0,
+                total=1,
+                worker_id=worker_id,
+                lease_expires_at=now + lease,
+                attempt=TASKS.c.attempt + 1,
+                error_code=None,
+                error_detail=None,
+                next_attempt_at=None,
+                progress_at=now,
+                updated_at=now,
+                revision=_next_revision(),
+            )
+            .returning(
+                TASKS.c.id,
+                TASKS.c.document_id,
+                TASKS.c.attempt,
+                TASKS.c.max_attempts,
+                TASKS.c.lease_expires_at,
+                TASKS.c.options,
+                TASKS.c.status,
+                TASKS.c.previous_status,
+                TASKS.c.stage,
+                TASKS.c.error_code,
+                TASKS.c.created_at,
+            )
+        )
+
+    # ------------------------------------------------------- worker-side writes
+
+    async def heartbeat(self, claim: Claim, *, lease_s: float | None = None) -> bool:
+        """Renew the lease. False means the worker no longer holds the task and must
+        stop without writing anything else."""
+        now = self.clock()
+        lease = self.settings.lease_s if lease_s is None else lease_s
+        async with self._write() as conn:
+            result = await conn.execute(
+                update(TASKS).where(_held(claim)).values(lease_expires_at=now + lease)
+            )
+        return bool(result.rowcount)
+
+    async def report_progress(
+        self,
+        claim: Claim,
+        stage: Stage,
+        completed: int,
+        total: int,
+        *,
+        lease_s: float | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Record stage progress (and renew the lease with it). Only the holder of a
+        running task is heard; for anyone else this is a no-op returning False."""
+        now = self.clock()
+        lease = self.settings.lease_s if lease_s is None else lease_s
+        values: dict[str, Any] = {
+            "stage": Stage(stage).value,
+            "completed": completed,
+            "total": total,
+            "progress_at": now,
+            "updated_at": now,
+            "lease_expires_at": now + lease,
+            "revision": _next_revision(),
+        }
+        if options is not None:
+            values["options"] = json.dumps(dict(options), sort_keys=True)
+        async with self._write() as conn:
+            result = await conn.execute(update(TASKS).where(_held(claim)).values(**values))
+        return bool(result.rowcount)
+
+    async def replace_chunks(self, claim: Claim, chunks: Sequence[ChunkRecord]) -> bool:
+        """Replace the document's chunks in one transaction (delete old, insert
+        new), fenced on the claim: a worker that lost its task writes nothing."""
+        now = self.clock()
+        async with self._write() as conn:
+            held = (
+                await conn.execute(
+                    update(TASKS)
+                    .where(_held(claim))
+                    .values(
+                        stage=Stage.INDEXING.value,
+                        completed=len(chunks),
+                        total=len(chunks),
+                        progress_at=now,
+                        updated_at=now,
+                        revision=_next_revision(),
+                    )
+                    .returning(TASKS.c.id)
+                )
+            ).first()
+            if held is None:
+                return False
+            await conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id == claim.document_id))
+            if chunks:
+                await conn.execute(
+                    insert(CHUNKS),
+                    [
+                        {
+                            "document_id": claim.document_id,
+                            "ordinal": c.ordinal,
+                            "text": c.text,
+                            "page": c.page,
+                            "char_start": c.char_start,
+                            "char_end": c.char_end,
+                            "embedding": c.embedding,
+                        }
+                        for c in chunks
+                    ],
+                )
+        return True
+
+    async def complete(self, claim: Claim) -> bool:
+        """Finalize: task → succeeded, document → review_pending, in one transaction.
+        False (and nothing written) if the worker no longer holds the task."""
+        now = self.clock()
+        async with self._write() as conn:
+            row = (
+                await conn.execute(
+                    update(TASKS)
+                    .where(_held(claim))
+                    .values(
+                        status=TaskStatus.SUCCEEDED.value,
+                        previous_status=TASKS.c.status,
+                        stage=Stage.FINALIZING.value,
+                        completed=TASKS.c.total,
+                        lease_expires_at=None,
+                        progress_at=now,
+                        updated_at=now,
+                        revision=_next_revision(),
+                    )
+                    .returning(*_EVENT_SOURCE)
+                )
+            ).first()
+            if row is None:
+                return False
+            await self._move_document(
+                conn, claim.document_id, DocumentStatus.PROCESSING, DocumentStatus.REVIEW_PENDING
+            )
+            await self._event(conn, [row._mapping], claim.worker_id)
+        return True
+
+    async def fail(
+        self, claim: Claim, error_code: ErrorCode, detail: str | None = None
+    ) -> TaskView | None:
+        """Record a failure of the held attempt.
+
+        Transient codes go to retry_wait with exponential backoff and jitter while
+        attempts remain; permanent codes (and exhausted attempts) go to failed and
+        take the document with them. None if the worker no longer holds the task.
+        """
+        error_code = ErrorCode(error_code)
+        now = self.clock()
+        retry = ERRORS[error_code].transient and claim.attempt < claim.max_attempts
+        values: dict[str, Any] = {
+            "previous_status": TASKS.c.status,
+            "error_code": error_code.value,
+            "error_detail": (detail or "")[:ERROR_DETAIL_MAX] or None,
+            "lease_expires_at": None,
+            "updated_at": now,
+            "revision": _next_revision(),
+        }
+        if retry:
+            values["status"] = TaskStatus.RETRY_WAIT.value
+            values["next_attempt_at"] = now + self.backoff_s(claim.attempt)
+        else:
+            values["status"] = TaskStatus.FAILED.value
+        async with self._write() as conn:
+            row = (
+                await conn.execute(
+                    update(TASKS).where(_held(claim)).values(**values).returning(*_TASK_COLUMNS)
+                )
+            ).first()
+            if row is None:
+                return None
+            if not retry:
+                await self._move_document(
+                    conn, claim.document_id, DocumentStatus.PROCESSING, DocumentStatus.FAILED
+                )
+            mapping = dict(row._mapping)
+            mapping["previous_status"] = TaskStatus.RUNNING.value
+            await self._event(conn, [mapping], claim.worker_id)
+        return _task(row)
+
+    async def hand_back(self, claim: Claim) -> bool:
+        """Give a held task back (worker shutting down): claimable again at once."""
+        now = self.clock()
+        async with self._write() as conn:
+            row = (
+                await conn.execute(
+                    update(TASKS)
+                    .where(_held(claim))
+                    .values(
+                        status=TaskStatus.RETRY_WAIT.value,
+                        previous_status=TASKS.c.status,
+                        lease_expires_at=None,
+                        next_attempt_at=now,
+                        updated_at=now,
+                        revision=_next_revision(),
+                    )
+                    .returning(*_EVENT_SOURCE)
+                )
+            ).first()
+            if row is None:
+                return False
+            await self._event(conn, [row._mapping], claim.worker_id, "handed back on shutdown")
+        return True
+
+    def backoff_s(self, attempt: int) -> float:
+        """Seconds to wait before the next automatic attempt: exponential, capped,
+        with 'equal jitter' so a burst of failures does not retry in lockstep."""
+        ceiling = min(
+            self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** max(attempt - 1, 0)
+        )
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    async def reap(self) -> list[Reaped]:
+        """Take back tasks whose lease expired (their worker vanished): retry_wait
+        while attempts remain, else failed with lease_expired."""
+        now = self.clock()
+        exhausted = TASKS.c.attempt >= TASKS.c.max_attempts
+        async with self._write() as conn:
+            rows = (
+                await conn.execute(
+                    update(TASKS)
+                    .where(text("status = 'running'"))
+                    .where(TASKS.c.lease_expires_at < now)
+                    .values(
+                        status=case(
+                            (exhausted, literal(TaskStatus.FAILED.value)),
+                            else_=literal(TaskStatus.RETRY_WAIT.value),
+                        ),
+                        previous_status=TASKS.c.status,
+                        error_code=ErrorCode.LEASE_EXPIRED.value,
+                        error_detail="lease expired",
+                        next_attempt_at=case((exhausted, None), else_=literal(now)),
+                        lease_expires_at=None,
+                        updated_at=now,
+                        revision=_next_revision(),
+                    )
+                    .returning(*_EVENT_SOURCE, TASKS.c.document_id)
+                )
+            ).all()
+            failed_docs = [r.document_id for r in rows if r.status == TaskStatus.FAILED.value]
+            if failed_docs:
+                await conn.execute(
+                    update(DOCUMENTS)
+                    .where(DOCUMENTS.c.id.in_(failed_docs))
+                    .where(DOCUMENTS.c.status == DocumentStatus.PROCESSING.value)
+                    .values(
+                        status=DocumentStatus.FAILED.value,
+                        version=DOCUMENTS.c.version + 1,
+                        updated_at=now,
+                    )
+                )
+            await self._event(conn, [r._mapping for r in rows], "reaper", "lease expired")
+        return [Reaped(r.id, TaskStatus(r.status), r.attempt) for r in rows]
+
+    # --------------------------------------------------------- operator actions
+
+    async def cancel(
+        self, task_id: str, *, actor: str = "system", reason: str | None = None
+    ) -> TaskView:
+        """Cancel a queued, running or retry_wait task; its document returns to draft
+        and loses any chunks a running attempt already wrote."""
+        now = self.clock()
+        async with self._write() as conn:
+            task_id = await self._resolve(conn, TASKS, task_id, "task")
+            row = (
+                await conn.execute(
+                    update(TASKS)
+                    .where(TASKS.c.id == task_id)
+                    .where(text("status IN ('queued', 'running', 'retry_wait')"))
+                    .values(
+                        status=TaskStatus.CANCELLED.value,
+                        previous_status=TASKS.c.status,
+                        lease_expires_at=None,
+                        next_attempt_at=None,
+                        updated_at=now,
+                        revision=_next_revision(),
+                    )
+                    .returning(*_TASK_COLUMNS, TASKS.c.previous_status)
+                )
+            ).first()
+            if row is None:
+                current = await self._task_row(conn, task_id)
+                allowed = ", ".join(sorted(s.value for s in CANCELLABLE))
+                raise Conflict(
+                    f"task {task_id[:8]} is {current.status}; only {allowed} tasks can be cancelled"
+                )
+            await self._move_document(
+                conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT
+            )
+            # A draft never keeps a half-built index from the abandoned run.
+            await conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id == row.document_id))
+            await self._event(conn, [row._mapping], actor, reason)
+        return _task(row)
+
+    async def retry(
+        self, task_id: str, *, actor: str = "system", reason: str | None = None
+    ) -> TaskView:
+        """Requeue a failed task (same row) when its document is failed too. The
+        attempt counter is left alone; the next claim increments it."""
+        now = self.clock()
+        async with self._write() as conn:
+            task_id = await self._resolve(conn, TASKS, task_id, "task")
+            doc_failed = (
+                select(DOCUMENTS.c.id)
+                .where(DOCUMENTS.c.id == TASKS.c.document_id)
+                .where(DOCUMENTS.c.status == DocumentStatus.FAILED.value)
+                .exists()
+            )
+            row = (
+                await conn.execute(
+                    update(TASKS)
+                    .where(TASKS.c.id == task_id)
+                    .where(TASKS.c.status == TaskStatus.FAILED.value)
+                    .where(doc_failed)
+                    .values(
+                        status=TaskStatus.QUEUED.value,
+                        previous_status=TASKS.c.status,
+                        stage=Stage.DOWNLOAD.value,
+                        completed=0,
+                        total=1,
+                        error_code=None,
+                        error_detail=None,
+                        worker_id=None,
+                        lease_expires_at=None,
+                        next_attempt_at=now,
+                        progress_at=None,
+                        updated_at=now,
+                        revision=_next_revision(),
+                    )
+                    .returning(*_TASK_COLUMNS, TASKS.c.previous_status)
+                )
+            ).first()
+            if row is None:
+                current = await self._task_row(conn, task_id)
+                raise Conflict(await self._why_not_retry(conn, current))
+            await self._move_document(
+                conn, row.document_id, DocumentStatus.FAILED, DocumentStatus.PROCESSING
+            )
+            await self._event(conn, [row._mapping], actor, reason)
+        return _task(row)
+
+    async def _why_not_retry(self, conn: AsyncConnection, task: Row[Any]) -> str:
+        short = task.id[:8]
+        if task.status == TaskStatus.CANCELLED.value:
+            return f"task {short} was cancelled; submit the document again instead of retrying"
+        if task.status != TaskStatus.FAILED.value:
+            return f"task {short} is {task.status}; only failed tasks can be retried"
+        doc = (
+            await conn.execute(select(DOCUMENTS.c.status).where(DOCUMENTS.c.id == task.document_id))
+        ).first()
+        if doc is None:
+            return f"task {short}'s document no longer exists; upload it again"
+        return f"task {short}'s document is {doc.status}, not failed; it cannot be retried"
+
+    async def _move_document(
+        self,
+        conn: AsyncConnection,
+        document_id: str,
+        source: DocumentStatus,
+        target: DocumentStatus,
+    ) -> None:
+        result = await conn.execute(
+            update(DOCUMENTS)
+            .where((DOCUMENTS.c.id == document_id) & (DOCUMENTS.c.status == source.value))
+            .values(status=target.value, version=DOCUMENTS.c.version + 1, updated_at=self.clock())
+        )
+        if result.rowcount != 1:
+            # The document vanished or left the state the task implies; refusing
+            # rolls the whole transition back instead of splitting the pair.
+            raise Conflict(
+                f"document {document_id[:8]} is not {source}; the task change was not applied"
+            )
+
+    # ------------------------------------------------------------------ lookups
+
+    async def _resolve(self, conn: AsyncConnection, table: Any, ident: str, what: str) -> str:
+        """Accept a full id or a unique prefix (as the dashboard shows them)."""
+        ident = ident.strip().lower()
+        if not re.fullmatch(rf"[0-9a-f]{{{SHORT_ID_MIN},32}}", ident):
+            raise NotFound(
+                f"no {what} {ident!r} (ids are hexadecimal, at least {SHORT_ID_MIN} characters)"
+            )
+        if len(ident) == 32:
+            found = (await conn.execute(select(table.c.id).where(table.c.id == ident))).first()
+            if found is None:
+                raise NotFound(f"no {what} {ident}")
+            return ident
+        matches = (
+            await conn.execute(
+                select(table.c.id)
+                .where(table.c.id >= ident)
+                .where(table.c.id < ident + "g")
+                .limit(2)
+            )
+        ).all()
+        if not matches:
+            raise NotFound(f"no {what} {ident}")
+        if len(matches) > 1:
+            raise BadInput(f"{what} id {ident} is ambiguous; give more characters")
+        return str(matches[0].id)
+
+    async def _task_row(self, conn: AsyncConnection, task_id: str) -> Row[Any]:
+        row = (await conn.execute(select(TASKS).where(TASKS.c.id == task_id))).first()
+        if row is None:
+            raise NotFound(f"no task {task_id}")
+        return row
+
+    async def _document_row(self, conn: AsyncConnection, document_id: str) -> Row[Any]:
+        row = (await conn.execute(select(DOCUMENTS).where(DOCUMENTS.c.id == document_id))).first()
+        if row is None:
+            raise NotFound(f"no document {document_id}")
+        return row
+
+    def _task_query(self) -> Any:
+        return select(*_TASK_COLUMNS, DOCUMENTS.c.filename).select_from(
+            TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
+        )
+
+    def _view(self, row: Row[Any], now: float) -> TaskView:
+        stalled = (
+            row.status == TaskStatus.RUNNING.value
+            and row.progress_at is not None
+            and now - row.progress_at > self.settings.stall_after_s
+        )
+        return _task(row, document_name=row.filename, stalled=stalled)
+
+    async def get_task(self, task_id: str) -> TaskView:
+        async with self._read() as conn:
+            task_id = await self._resolve(conn, TASKS, task_id, "task")
+            row = (await conn.execute(self._task_query().where(TASKS.c.id == task_id))).one()
+        return self._view(row, self.clock())
+
+    async def list_tasks(
+        self,
+        *,
+        status: TaskStatus | str | None = None,
+        error_code: ErrorCode | str | None = None,
+        document_id: str | None = None,
+        limit: int | None = 1000,
+        offset: int = 0,
+    ) -> list[TaskView]:
+        """Tasks, newest first, optionally by status / error code / document."""
+        query = self._task_query()
+        if status is not None:
+            query = query.where(TASKS.c.status == TaskStatus(status).value)
+        if error_code is not None:
+            query = query.where(TASKS.c.error_code == ErrorCode(error_code).value)
+        if document_id is not None:
+            query = query.where(TASKS.c.document_id == document_id)
+        query = query.order_by(TASKS.c.created_at.desc(), TASKS.c.id.desc()).offset(offset)
+        if limit is not None:
+            query = query.limit(limit)
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        now = self.clock()
+        return [self._view(r, now) for r in rows]
+
+    async def tasks_since(self, revision: int, *, limit: int = 5000) -> list[TaskView]:
+        """Tasks changed after ``revision``, oldest change first. A reader keeps the
+        highest revision it has seen and asks again: cost follows the change rate,
+        not the ledger's size."""
+        query = (
+            self._task_query()
+            .where(TASKS.c.revision > revision)
+            .order_by(TASKS.c.revision)
+            .limit(limit)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        now = self.clock()
+        return [self._view(r, now) for r in rows]
+
+    async def revision(self) -> int:
+        async with self._read() as conn:
+            value = (await conn.execute(select(func.max(TASKS.c.revision)))).scalar()
+        return int(value or 0)
+
+    async def task_history(self, task_id: str) -> list[TaskEventView]:
+        async with self._read() as conn:
+            task_id = await self._resolve(conn, TASKS, task_id, "task")
+            rows = (
+                await conn.execute(
+                    select(EVENTS).where(EVENTS.c.task_id == task_id).order_by(EVENTS.c.id)
+                )
+            ).all()
+        return [
+            TaskEventView(
+                event_id=r.id,
+                task_id=r.task_id,
+                at=r.at,
+                actor=r.actor,
+                from_status=TaskStatus(r.from_status) if r.from_status else None,
+                to_status=TaskStatus(r.to_status),
+                stage=Stage(r.stage),
+                attempt=r.attempt,
+                error_code=ErrorCode(r.error_code) if r.error_code else None,
+                reason=r.reason,
+            )
+            for r in rows
+        ]
+
+    async def counts(self) -> dict[TaskStatus, int]:
+        """Number of tasks in each status (every status present, zeros included)."""
+        async with self._read() as conn:
+            rows = (
+                await conn.execute(select(TASKS.c.status, func.count()).group_by(TASKS.c.status))
+            ).all()
+        out = dict.fromkeys(TaskStatus, 0)
+        for status, n in rows:
+            out[TaskStatus(status)] = n
+        return out
+
+    async def failure_groups(self) -> list[FailureGroup]:
+        """Failed tasks grouped by error code then stage, largest group first."""
+        async with self._read() as conn:
+            rows = (
+                await conn.execute(
+                    select(
+                        TASKS.c.error_code,
+                        TASKS.c.stage,
+                        func.count(),
+                        func.min(TASKS.c.updated_at),
+                        func.max(TASKS.c.updated_at),
+                    )
+                    .where(TASKS.c.status == TaskStatus.FAILED.value)
+                    .group_by(TASKS.c.error_code, TASKS.c.stage)
+                    .order_by(func.count().desc(), TASKS.c.error_code)
+                )
+            ).all()
+        return [
+            FailureGroup(ErrorCode(code or ErrorCode.INTERNAL_ERROR), Stage(stage), n, first, last)
+            for code, stage, n, first, last in rows
+        ]
+
+    async def get_document(self, document_id: str) -> DocumentView:
+        async with self._read() as conn:
+            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
+            row = await self._document_row(conn, document_id)
+        return _document(row._mapping)
+
+    async def list_documents(
+        self, *, status: DocumentStatus | str | None = None, limit: int | None = 1000
+    ) -> list[DocumentView]:
+        query = select(DOCUMENTS).order_by(DOCUMENTS.c.created_at.desc(), DOCUMENTS.c.id.desc())
+        if status is not None:
+            query = query.where(DOCUMENTS.c.status == DocumentStatus(status).value)
+        if limit is not None:
+            query = query.limit(limit)
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [_document(r._mapping) for r in rows]
+
+    async def delete_document(self, document_id: str) -> None:
+        """Remove a document row and its chunks (its tasks keep their history)."""
+        async with self._write() as conn:
+            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
+            await conn.execute(delete(DOCUMENTS).where(DOCUMENTS.c.id == document_id))
+
+    async def chunks(self, document_id: str, *, limit: int | None = None) -> list[ChunkView]:
+        async with self._read() as conn:
+            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
+            query = (
+                select(
+                    CHUNKS.c.ordinal,
+                    CHUNKS.c.text,
+                    CHUNKS.c.page,
+                    CHUNKS.c.char_start,
+                    CHUNKS.c.char_end,
+                )
+                .where(CHUNKS.c.document_id == document_id)
+                .order_by(CHUNKS.c.ordinal)
+            )
+            if limit is not None:
+                query = query.limit(limit)
+            rows = (await conn.execute(query)).all()
+        return [
+            ChunkView(document_id, r.ordinal, r.text, r.page, r.char_start, r.char_end)
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ workers
+
+    async def register_worker(self, worker_id: str) -> None:
+        """Record a worker (id, host, pid) so others can see it alive or vanished."""
+        now = self.clock()
+        values = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started_at": now,
+            "heartbeat_at": now,
+            "stopped_at": None,
+        }
+        async with self._write() as conn:
+            updated = await conn.execute(
+                update(WORKERS).where(WORKERS.c.id == worker_id).values(**values)
+            )
+            if not updated.rowcount:
+                await conn.execute(insert(WORKERS).values(id=worker_id, **values))
+
+    async def worker_heartbeat(self, worker_id: str, *, stopped: bool = False) -> None:
+        now = self.clock()
+        values: dict[str, Any] = {"heartbeat_at": now}
+        if stopped:
+            values["stopped_at"] = now
+        async with self._write() as conn:
+            await conn.execute(update(WORKERS).where(WORKERS.c.id == worker_id).values(**values))
+
+    async def list_workers(self) -> list[WorkerView]:
+        now = self.clock()
+        async with self._read() as conn:
+            rows = (await conn.execute(select(WORKERS).order_by(WORKERS.c.id))).all()
+        return [
+            WorkerView(
+                worker_id=r.id,
+                host=r.host,
+                pid=r.pid,
+                started_at=r.started_at,
+                heartbeat_at=r.heartbeat_at,
+                stopped_at=r.stopped_at,
+                alive=r.stopped_at is None and now - r.heartbeat_at < WORKER_GONE_AFTER_S,
+            )
+            for r in rows
+        ]
+
+
+_EVENT_SOURCE = (
+    TASKS.c.id,
+    TASKS.c.status,
+    TASKS.c.previous_status,
+    TASKS.c.stage,
+    TASKS.c.attempt,
+    TASKS.c.error_code,
+)
+
+
+def _document(m: Mapping[str, Any]) -> DocumentView:
+    return DocumentView(
+        document_id=m["id"],
+        filename=m["filename"],
+        sha256=m["sha256"],
+        object_key=m["object_key"],
+        size=m["size"],
+        kind=DocumentKind(m["kind"]),
+        status=DocumentStatus(m["status"]),
+        version=m["version"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+def _task(row: Any, *, document_name: str | None = None, stalled: bool = False) -> TaskView:
+    m = row._mapping if hasattr(row, "_mapping") else row
+    return TaskView(
+        task_id=m["id"],
+        document_id=m["document_id"],
+        status=TaskStatus(m["status"]),
+        stage=Stage(m["stage"]),
+        completed=m["completed"],
+        total=m["total"],
+        attempt=m["attempt"],
+        error_code=ErrorCode(m["error_code"]) if m["error_code"] else None,
+        error_detail=m["error_detail"],
+        document_name=document_name,
+        max_attempts=m["max_attempts"],
+        worker_id=m["worker_id"],
+        lease_expires_at=m["lease_expires_at"],
+        next_attempt_at=m["next_attempt_at"],
+        progress_at=m["progress_at"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        revision=m["revision"],
+        options=json.loads(m["options"] or "{}"),
+        stalled=stalled,
+    )
+
+
+def _claim(row: Row[Any], worker_id: str) -> Claim:
+    return Claim(
+        task_id=row.id,
+        document_id=row.document_id,
+        worker_id=worker_id,
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        lease_expires_at=row.lease_expires_at,
+        options=json.loads(row.options or "{}"),
+    )

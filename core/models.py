@@ -1,0 +1,158 @@
+"""Ledger tables. Times are epoch seconds (float) so both backends compare them the
+same way and the clock can be injected in tests."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Spelled as SQL text, not `.in_()`: SQLite only uses a partial index when the query
+# repeats the index's WHERE term literally, and `.in_()` sends bound parameters.
+CLAIMABLE_SQL = "status IN ('queued', 'retry_wait')"
+RUNNING_SQL = "status = 'running'"
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Document(Base):
+    __tablename__ = "documents"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    # Display text only: never joined into a path.
+    filename: Mapped[str] = mapped_column(String(255))
+    sha256: Mapped[str] = mapped_column(String(64))
+    object_key: Mapped[str] = mapped_column(String(128))
+    size: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    # Optimistic-locking row version: every status change bumps it.
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class IngestionTask(Base):
+    __tablename__ = "ingestion_tasks"
+    __table_args__ = (
+        Index(
+            "ix_tasks_claimable",
+            "next_attempt_at",
+            "id",
+            sqlite_where=text(CLAIMABLE_SQL),
+            postgresql_where=text(CLAIMABLE_SQL),
+        ),
+        Index(
+            "ix_tasks_running_lease",
+            "lease_expires_at",
+            sqlite_where=text(RUNNING_SQL),
+            postgresql_where=text(RUNNING_SQL),
+        ),
+        # error_code leads: an index led by status tempts SQLite's planner away from
+        # ix_tasks_claimable into sorting every claimable task for each claim.
+        Index("ix_tasks_error_status", "error_code", "status"),
+        Index("ix_tasks_created", "created_at", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    # No foreign key: a task outlives a deleted document so that it can fail
+    # with document_not_found and still say which document it was for.
+    document_id: Mapped[str] = mapped_column(String(32), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    # Set to the old status by every transition's UPDATE (the SET clause sees the
+    # old row), so RETURNING can tell the event log where the task came from.
+    previous_status: Mapped[str | None] = mapped_column(String(16))
+    stage: Mapped[str] = mapped_column(String(16))
+    completed: Mapped[int] = mapped_column(Integer, default=0)
+    total: Mapped[int] = mapped_column(Integer, default=1)
+    # Incremented by every claim and never reset, so it doubles as the fencing
+    # token: a worker's writes are conditional on the attempt it claimed.
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    error_code: Mapped[str | None] = mapped_column(String(32))
+    error_detail: Mapped[str | None] = mapped_column(String(500))
+    worker_id: Mapped[str | None] = mapped_column(String(128))
+    lease_expires_at: Mapped[float | None] = mapped_column(Float)
+    # Earliest time the next attempt may start; NULL while running or finished.
+    next_attempt_at: Mapped[float | None] = mapped_column(Float)
+    progress_at: Mapped[float | None] = mapped_column(Float)
+    options: Mapped[str] = mapped_column(Text, default="{}")
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    # Ledger-wide, monotonically increasing: "what changed since revision R".
+    revision: Mapped[int] = mapped_column(Integer, index=True)
+
+
+class Chunk(Base):
+    __tablename__ = "chunks"
+    __table_args__ = (UniqueConstraint("document_id", "ordinal"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    document_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("documents.id", ondelete="CASCADE")
+    )
+    ordinal: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    page: Mapped[int | None] = mapped_column(Integer)
+    char_start: Mapped[int] = mapped_column(Integer)
+    char_end: Mapped[int] = mapped_column(Integer)
+    embedding: Mapped[bytes | None] = mapped_column(LargeBinary)
+
+
+class TaskEvent(Base):
+    """Append-only: rows are inserted, never updated or deleted."""
+
+    __tablename__ = "task_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(32), index=True)
+    at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(128))
+    from_status: Mapped[str | None] = mapped_column(String(16))
+    to_status: Mapped[str] = mapped_column(String(16))
+    stage: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer)
+    error_code: Mapped[str | None] = mapped_column(String(32))
+    reason: Mapped[str | None] = mapped_column(String(500))
+
+
+class Outbox(Base):
+    """Events for a future message-queue relay; written, not yet consumed."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    topic: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    delivered_at: Mapped[float | None] = mapped_column(Float)
+
+
+class WorkerRecord(Base):
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float)
+    stopped_at: Mapped[float | None] = mapped_column(Float)

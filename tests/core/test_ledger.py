@@ -1,0 +1,447 @@
+"""Every state-machine rule of the ledger, on a real SQLite file and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import (
+    BadInput,
+    ChunkRecord,
+    Conflict,
+    DocumentStatus,
+    ErrorCode,
+    Ledger,
+    NotFound,
+    Stage,
+    TaskStatus,
+)
+from tests.conftest import FakeClock
+
+TEXT = b"The quarterly report covers ingestion throughput and error budgets.\n"
+
+
+async def submitted(ledger: Ledger, name: str = "report.txt", data: bytes = TEXT):  # type: ignore[no-untyped-def]
+    doc = await ledger.upload(data, name)
+    return await ledger.submit(doc.document_id, actor="alice")
+
+
+async def doc_status(ledger: Ledger, document_id: str) -> DocumentStatus:
+    return (await ledger.get_document(document_id)).status
+
+
+# ------------------------------------------------------------------ submit
+
+
+async def test_upload_makes_a_draft_and_submit_queues_a_task(ledger: Ledger) -> None:
+    doc = await ledger.upload(TEXT, "report.txt")
+    assert doc.status is DocumentStatus.DRAFT
+    assert doc.version == 1
+    task = await ledger.submit(doc.document_id, actor="alice")
+    answer = task.to_dict()
+    for key in (
+        "task_id",
+        "document_id",
+        "status",
+        "stage",
+        "completed",
+        "total",
+        "attempt",
+        "error_code",
+        "error_detail",
+    ):
+        assert key in answer
+    assert (task.status, task.stage, task.attempt) == (TaskStatus.QUEUED, Stage.DOWNLOAD, 0)
+    assert (task.completed, task.total, task.error_code) == (0, 1, None)
+    after = await ledger.get_document(doc.document_id)
+    assert after.status is DocumentStatus.PROCESSING
+    assert after.version == 2
+
+
+async def test_submitting_a_non_draft_document_is_a_conflict(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    with pytest.raises(Conflict, match="only draft documents"):
+        await ledger.submit(task.document_id)
+    assert len(await ledger.list_tasks()) == 1
+
+
+async def test_submit_with_a_stale_row_version_is_a_conflict(ledger: Ledger) -> None:
+    doc = await ledger.upload(TEXT, "report.txt")
+    with pytest.raises(Conflict, match="changed"):
+        await ledger.submit(doc.document_id, expected_version=doc.version + 1)
+    task = await ledger.submit(doc.document_id, expected_version=doc.version)
+    assert task.status is TaskStatus.QUEUED
+
+
+async def test_unknown_ids_are_not_found(ledger: Ledger) -> None:
+    with pytest.raises(NotFound):
+        await ledger.submit("0" * 32)
+    with pytest.raises(NotFound):
+        await ledger.cancel("abcdef12")
+    with pytest.raises(NotFound):
+        await ledger.get_task("not-an-id")
+
+
+async def test_short_id_prefixes_resolve(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    assert (await ledger.get_task(task.task_id[:8])).task_id == task.task_id
+    assert (await ledger.get_document(task.document_id[:6])).document_id == task.document_id
+
+
+async def test_submit_writes_its_outbox_event_in_the_same_transaction(ledger: Ledger) -> None:
+    from sqlalchemy import select
+
+    from core.models import Outbox
+
+    task = await submitted(ledger)
+    async with ledger.engine.connect() as conn:
+        rows = (await conn.execute(select(Outbox.__table__))).all()
+    assert len(rows) == 1
+    assert task.task_id in rows[0].payload
+    assert rows[0].delivered_at is None
+
+
+# ------------------------------------------------------------------ claims
+
+
+async def test_only_one_worker_can_claim_a_queued_task(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    first = await ledger.claim(task.task_id, "worker-one")
+    second = await ledger.claim(task.task_id, "worker-two")
+    assert first is not None
+    assert second is None
+    view = await ledger.get_task(task.task_id)
+    assert (view.status, view.worker_id, view.attempt) == (TaskStatus.RUNNING, "worker-one", 1)
+    assert view.lease_expires_at is not None
+
+
+async def test_claim_next_takes_the_oldest_claimable_tasks(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    ids = []
+    for i in range(5):
+        ids.append((await submitted(ledger, f"n{i}.txt")).task_id)
+        clock.advance(1)
+    claims = await ledger.claim_next("w", limit=2)
+    assert [c.task_id for c in claims] == ids[:2]
+    rest = await ledger.claim_next("w", limit=10)
+    assert sorted(c.task_id for c in rest) == sorted(ids[2:])
+    assert await ledger.claim_next("w") == []
+
+
+async def test_retry_wait_is_claimable_only_once_due(ledger: Ledger, clock: FakeClock) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    waiting = await ledger.fail(claim, ErrorCode.OBJECT_READ_ERROR, "ObjectReadError")
+    assert waiting is not None
+    assert waiting.status is TaskStatus.RETRY_WAIT
+    assert waiting.next_attempt_at is not None and waiting.next_attempt_at > clock.now
+    assert await doc_status(ledger, task.document_id) is DocumentStatus.PROCESSING
+    assert await ledger.claim(task.task_id, "w") is None
+    assert await ledger.claim_next("w") == []
+    clock.advance(waiting.next_attempt_at - clock.now + 0.001)
+    again = await ledger.claim_next("w")
+    assert [c.task_id for c in again] == [task.task_id]
+    assert again[0].attempt == 2
+
+
+async def test_transient_failures_fail_for_good_when_attempts_run_out(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    task = await submitted(ledger)
+    for attempt in range(1, ledger.settings.max_attempts + 1):
+        clock.advance(ledger.settings.backoff_max_s + 1)
+        claim = await ledger.claim(task.task_id, "w")
+        assert claim is not None and claim.attempt == attempt
+        view = await ledger.fail(claim, ErrorCode.PROVIDER_UNAVAILABLE, "ConnectionError")
+        assert view is not None
+    assert view.status is TaskStatus.FAILED
+    assert view.error_code is ErrorCode.PROVIDER_UNAVAILABLE
+    assert await doc_status(ledger, task.document_id) is DocumentStatus.FAILED
+
+
+async def test_permanent_failure_goes_straight_to_failed(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    view = await ledger.fail(claim, ErrorCode.PARSE_ERROR, "x" * 2000)
+    assert view is not None
+    assert view.status is TaskStatus.FAILED
+    assert view.error_detail is not None and len(view.error_detail) == 500
+    assert await doc_status(ledger, task.document_id) is DocumentStatus.FAILED
+
+
+# ------------------------------------------------- worker writes are fenced
+
+
+async def test_progress_and_completion_only_from_the_holder(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "worker-one")
+    assert claim is not None
+    stranger = type(claim)(**{**claim.__dict__, "worker_id": "worker-two"})
+    assert await ledger.report_progress(stranger, Stage.PARSE, 1, 3) is False
+    assert await ledger.complete(stranger) is False
+    assert await ledger.report_progress(claim, Stage.PARSE, 2, 3) is True
+    view = await ledger.get_task(task.task_id)
+    assert (view.stage, view.completed, view.total) == (Stage.PARSE, 2, 3)
+    assert await ledger.complete(claim) is True
+    done = await ledger.get_task(task.task_id)
+    assert done.status is TaskStatus.SUCCEEDED
+    assert await doc_status(ledger, task.document_id) is DocumentStatus.REVIEW_PENDING
+    # Completed once; a second completion changes nothing.
+    assert await ledger.complete(claim) is False
+
+
+async def test_a_presumed_dead_worker_cannot_overwrite_the_newer_attempt(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    task = await submitted(ledger)
+    old = await ledger.claim(task.task_id, "w")
+    assert old is not None
+    clock.advance(ledger.settings.lease_s + 1)
+    reaped = await ledger.reap()
+    assert [(r.task_id, r.status) for r in reaped] == [(task.task_id, TaskStatus.RETRY_WAIT)]
+    new = await ledger.claim(task.task_id, "w")  # same worker name, new attempt
+    assert new is not None and new.attempt == old.attempt + 1
+    assert await ledger.heartbeat(old) is False
+    assert await ledger.report_progress(old, Stage.EMBEDDING, 9, 9) is False
+    assert await ledger.replace_chunks(old, [ChunkRecord(0, "stale", None, 0, 5)]) is False
+    assert await ledger.complete(old) is False
+    assert await ledger.fail(old, ErrorCode.PARSE_ERROR) is None
+    view = await ledger.get_task(task.task_id)
+    assert (view.status, view.attempt, view.stage) == (TaskStatus.RUNNING, 2, Stage.DOWNLOAD)
+    assert await ledger.chunks(task.document_id) == []
+
+
+async def test_reaper_fails_tasks_whose_attempts_are_used_up(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    task = await submitted(ledger)
+    for _ in range(ledger.settings.max_attempts):
+        assert await ledger.claim(task.task_id, "w") is not None
+        clock.advance(ledger.settings.lease_s + 1)
+        await ledger.reap()
+    view = await ledger.get_task(task.task_id)
+    assert (view.status, view.error_code) == (TaskStatus.FAILED, ErrorCode.LEASE_EXPIRED)
+    assert await doc_status(ledger, task.document_id) is DocumentStatus.FAILED
+
+
+async def test_heartbeat_keeps_a_live_worker_from_being_reaped(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    for _ in range(3):
+        clock.advance(ledger.settings.lease_s * 0.6)
+        assert await ledger.heartbeat(claim) is True
+        assert await ledger.reap() == []
+    assert (await ledger.get_task(task.task_id)).status is TaskStatus.RUNNING
+
+
+async def test_replace_chunks_never_accumulates(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    first = [ChunkRecord(i, f"chunk {i}", 1, 0, 7) for i in range(3)]
+    assert await ledger.replace_chunks(claim, first)
+    assert await ledger.replace_chunks(claim, first[:2])
+    assert [c.text for c in await ledger.chunks(task.document_id)] == ["chunk 0", "chunk 1"]
+
+
+# ------------------------------------------------------------ cancel/retry
+
+
+async def test_ingestion_task_is_observable_and_cancellable(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    observed = await ledger.get_task(task.task_id)
+    assert (observed.status, observed.stage) == (TaskStatus.QUEUED, Stage.DOWNLOAD)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    assert await ledger.report_progress(claim, Stage.EMBEDDING, 1, 4)
+    assert await ledger.replace_chunks(claim, [ChunkRecord(0, "half", None, 0, 4)])
+    observed = await ledger.get_task(task.task_id)
+    assert (observed.status, observed.stage) == (TaskStatus.RUNNING, Stage.INDEXING)
+
+    cancelled = await ledger.cancel(task.task_id, actor="alice", reason="wrong file")
+    assert cancelled.status is TaskStatus.CANCELLED
+    assert await doc_status(ledger, task.document_id) is DocumentStatus.DRAFT
+    # The half-written index went with the cancel, and the worker cannot bring it back.
+    assert await ledger.chunks(task.document_id) == []
+    assert await ledger.report_progress(claim, Stage.INDEXING, 1, 1) is False
+    assert await ledger.complete(claim) is False
+    assert (await ledger.get_task(task.task_id)).status is TaskStatus.CANCELLED
+    history = await ledger.task_history(task.task_id)
+    assert history[-1].actor == "alice"
+    assert history[-1].reason == "wrong file"
+    assert (history[-1].from_status, history[-1].to_status) == (
+        TaskStatus.RUNNING,
+        TaskStatus.CANCELLED,
+    )
+    # A cancelled document may be submitted again.
+    again = await ledger.submit(task.document_id)
+    assert again.task_id != task.task_id
+
+
+@pytest.mark.parametrize("end", ["succeeded", "failed", "cancelled"])
+async def test_cancel_of_a_finished_task_is_a_conflict(ledger: Ledger, end: str) -> None:
+    task = await submitted(ledger)
+    if end == "cancelled":
+        await ledger.cancel(task.task_id)
+    else:
+        claim = await ledger.claim(task.task_id, "w")
+        assert claim is not None
+        if end == "succeeded":
+            await ledger.complete(claim)
+        else:
+            await ledger.fail(claim, ErrorCode.EMPTY_DOCUMENT)
+    before = await ledger.get_task(task.task_id)
+    with pytest.raises(Conflict, match=f"is {end}; only queued, retry_wait, running"):
+        await ledger.cancel(task.task_id)
+    assert await ledger.get_task(task.task_id) == before
+
+
+async def test_cancel_of_a_waiting_retry(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    await ledger.fail(claim, ErrorCode.OBJECT_READ_ERROR)
+    assert (await ledger.cancel(task.task_id)).status is TaskStatus.CANCELLED
+    assert await doc_status(ledger, task.document_id) is DocumentStatus.DRAFT
+
+
+async def test_failed_ingestion_can_be_requeued_by_an_authorized_user(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    await ledger.fail(claim, ErrorCode.PARSE_ERROR, "PdfReadError")
+    requeued = await ledger.retry(task.task_id, actor="operator-bob", reason="new parser")
+    assert requeued.task_id == task.task_id
+    assert (requeued.status, requeued.stage, requeued.attempt) == (
+        TaskStatus.QUEUED,
+        Stage.DOWNLOAD,
+        1,
+    )
+    assert (requeued.error_code, requeued.error_detail, requeued.worker_id) == (None, None, None)
+    assert (requeued.completed, requeued.total) == (0, 1)
+    assert await doc_status(ledger, task.document_id) is DocumentStatus.PROCESSING
+    history = await ledger.task_history(task.task_id)
+    assert (history[-1].actor, history[-1].reason) == ("operator-bob", "new parser")
+    reclaimed = await ledger.claim(task.task_id, "w")
+    assert reclaimed is not None and reclaimed.attempt == 2
+
+
+async def test_retry_of_a_cancelled_task_says_submit_again(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    await ledger.cancel(task.task_id)
+    with pytest.raises(Conflict, match="submit the document again"):
+        await ledger.retry(task.task_id)
+
+
+@pytest.mark.parametrize("state", ["queued", "running", "succeeded", "retry_wait"])
+async def test_retry_of_anything_but_failed_is_a_conflict(ledger: Ledger, state: str) -> None:
+    task = await submitted(ledger)
+    if state != "queued":
+        claim = await ledger.claim(task.task_id, "w")
+        assert claim is not None
+        if state == "succeeded":
+            await ledger.complete(claim)
+        elif state == "retry_wait":
+            await ledger.fail(claim, ErrorCode.OBJECT_READ_ERROR)
+    before = await ledger.get_task(task.task_id)
+    with pytest.raises(Conflict, match="only failed tasks can be retried"):
+        await ledger.retry(task.task_id)
+    assert await ledger.get_task(task.task_id) == before
+
+
+async def test_retry_needs_the_document_failed_too(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    await ledger.fail(claim, ErrorCode.PARSE_ERROR)
+    await ledger.delete_document(task.document_id)
+    with pytest.raises(Conflict, match="no longer exists"):
+        await ledger.retry(task.task_id)
+
+
+async def test_publish_only_from_review_pending(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    with pytest.raises(Conflict, match="waiting for review"):
+        await ledger.publish(task.document_id)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    await ledger.complete(claim)
+    published = await ledger.publish(task.document_id)
+    assert published.status is DocumentStatus.PUBLISHED
+
+
+# --------------------------------------------------------------- readers
+
+
+async def test_tasks_since_returns_only_what_changed(ledger: Ledger) -> None:
+    a = await submitted(ledger, "a.txt")
+    b = await submitted(ledger, "b.txt")
+    seen = await ledger.revision()
+    assert seen >= 2
+    assert await ledger.tasks_since(seen) == []
+    await ledger.claim(b.task_id, "w")
+    changed = await ledger.tasks_since(seen)
+    assert [t.task_id for t in changed] == [b.task_id]
+    assert changed[0].revision > seen
+    assert a.task_id not in {t.task_id for t in changed}
+
+
+async def test_counts_and_failure_groups(ledger: Ledger) -> None:
+    for i in range(3):
+        task = await submitted(ledger, f"{i}.txt")
+        claim = await ledger.claim(task.task_id, "w")
+        assert claim is not None
+        await ledger.fail(claim, ErrorCode.PARSE_ERROR if i else ErrorCode.EMPTY_DOCUMENT)
+    await submitted(ledger, "q.txt")
+    counts = await ledger.counts()
+    assert counts[TaskStatus.FAILED] == 3
+    assert counts[TaskStatus.QUEUED] == 1
+    assert counts[TaskStatus.RUNNING] == 0
+    groups = await ledger.failure_groups()
+    assert [(g.error_code, g.count) for g in groups] == [
+        (ErrorCode.PARSE_ERROR, 2),
+        (ErrorCode.EMPTY_DOCUMENT, 1),
+    ]
+    only = await ledger.list_tasks(error_code=ErrorCode.EMPTY_DOCUMENT)
+    assert len(only) == 1
+
+
+async def test_stalled_is_shown_not_killed(ledger: Ledger, clock: FakeClock) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    clock.advance(ledger.settings.stall_after_s + 1)
+    assert await ledger.heartbeat(claim)  # alive, but no progress
+    view = await ledger.get_task(task.task_id)
+    assert view.stalled and view.status is TaskStatus.RUNNING
+    await ledger.report_progress(claim, Stage.PARSE, 1, 2)
+    assert not (await ledger.get_task(task.task_id)).stalled
+
+
+# ---------------------------------------------------------------- uploads
+
+
+async def test_upload_refuses_bad_input_and_writes_nothing(ledger: Ledger) -> None:
+    with pytest.raises(BadInput, match="empty"):
+        await ledger.upload(b"", "empty.txt")
+    with pytest.raises(BadInput, match="unsupported"):
+        await ledger.upload(b"PK\x03\x04" + bytes(200), "archive.pdf")
+    small = ledger.settings.with_(max_upload_bytes=10)
+    tight = Ledger(ledger.engine, small)
+    with pytest.raises(BadInput, match="over the upload limit"):
+        await tight.upload(b"x" * 11, "big.txt")
+    assert await ledger.list_documents() == []
+
+
+async def test_user_names_are_display_text_only(ledger: Ledger) -> None:
+    doc = await ledger.upload(TEXT, "../../etc/passwd.txt")
+    assert "/" not in doc.filename and ".." not in doc.filename
+    assert doc.filename.endswith("passwd.txt")
+    assert ledger.store.exists(doc.object_key)
+    stored = ledger.store.root / doc.object_key
+    assert stored.resolve().is_relative_to(ledger.store.root.resolve())

@@ -1,0 +1,138 @@
+"""The ledger's storage contract: migrations, SQLite settings, query plans, and the
+object store's guarantees."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from core import Ledger, LedgerUnavailable, ObjectReadError, SchemaTooNew, Settings, sqlite_url
+from core.db import MIGRATIONS_DIR
+from core.store import ObjectStore
+
+
+def _settings(tmp_path: Path, **kw: object) -> Settings:
+    return Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "o").with_(
+        **kw
+    )
+
+
+async def test_opening_an_older_ledger_upgrades_it(tmp_path: Path) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    path = tmp_path / "ledger.db"
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+    engine.dispose()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
+        assert not raw.execute("SELECT name FROM sqlite_master WHERE name='chunks_fts'").fetchall()
+
+    ledger = await Ledger.open(_settings(tmp_path))
+    await ledger.close()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchone() == ("0002",)
+        assert raw.execute("SELECT name FROM sqlite_master WHERE name='chunks_fts'").fetchall()
+
+
+async def test_opening_a_newer_ledger_is_refused_clearly(tmp_path: Path) -> None:
+    ledger = await Ledger.open(_settings(tmp_path))
+    await ledger.close()
+    with sqlite3.connect(tmp_path / "ledger.db") as raw:
+        raw.execute("UPDATE alembic_version SET version_num = '9999'")
+    with pytest.raises(SchemaTooNew, match="newer than this ingestdesk understands"):
+        await Ledger.open(_settings(tmp_path))
+
+
+async def test_a_ledger_that_cannot_be_opened_says_so(tmp_path: Path) -> None:
+    (tmp_path / "ledger.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(LedgerUnavailable, match="cannot open ledger"):
+        await Ledger.open(_settings(tmp_path))
+
+
+@pytest.mark.parametrize(("choice", "expected"), [("NORMAL", 1), ("FULL", 2)])
+async def test_sqlite_connections_use_wal_and_the_chosen_durability(
+    tmp_path: Path, choice: str, expected: int
+) -> None:
+    ledger = await Ledger.open(_settings(tmp_path, sqlite_synchronous=choice))
+    try:
+        async with ledger.engine.connect() as conn:
+            pragma = lambda name: conn.exec_driver_sql(f"PRAGMA {name}")  # noqa: E731
+            assert (await pragma("journal_mode")).scalar() == "wal"
+            assert (await pragma("synchronous")).scalar() == expected
+            assert (await pragma("foreign_keys")).scalar() == 1
+            assert (await pragma("busy_timeout")).scalar() == 30_000
+    finally:
+        await ledger.close()
+
+
+async def test_claim_next_uses_the_partial_index(tmp_path: Path) -> None:
+    """With bound parameters in the IN list SQLite ignores the partial index and scans
+    every task; the claim must spell the statuses as literals."""
+    ledger = await Ledger.open(_settings(tmp_path))
+    statements: list[tuple[str, tuple[object, ...]]] = []
+
+    from sqlalchemy import event
+
+    @event.listens_for(ledger.engine.sync_engine, "before_cursor_execute")
+    def _capture(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
+        if statement.lstrip().upper().startswith("UPDATE INGESTION_TASKS"):
+            statements.append((statement, tuple(params)))
+
+    await ledger.claim_next("w")
+    await ledger.close()
+    assert statements, "claim_next issued no UPDATE"
+    claim_sql, params = statements[0]
+    with sqlite3.connect(tmp_path / "ledger.db") as raw:
+        plan = raw.execute("EXPLAIN QUERY PLAN " + claim_sql, params).fetchall()
+    details = " ".join(row[-1] for row in plan)
+    assert "ix_tasks_claimable" in details, details
+    assert "SCAN ingestion_tasks" not in details.replace("SCAN ingestion_tasks USING", ""), details
+
+
+def test_object_store_writes_atomically_and_verifies_on_read(tmp_path: Path) -> None:
+    store = ObjectStore(tmp_path / "objects")
+    key, digest = store.put(b"original bytes")
+    assert store.get(key, digest) == b"original bytes"
+    assert not list((tmp_path / "objects").rglob(".incoming-*"))
+    (store.root / key).write_bytes(b"tampered bytes")
+    with pytest.raises(ObjectReadError, match="checksum"):
+        store.get(key, digest)
+    (store.root / key).unlink()
+    with pytest.raises(ObjectReadError, match="missing"):
+        store.get(key, digest)
+    with pytest.raises(ObjectReadError, match="malformed"):
+        store.get("../../etc/passwd", digest)
+
+
+def test_core_stays_headless() -> None:
+    """core must never pull in the UI toolkit, even indirectly."""
+    code = (
+        "import sys, core, core.cli, core.ledger, core.store, core.states\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'tui', 'rich'))\n"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+@pytest.mark.postgres
+async def test_postgres_ledger_opens_and_migrates(pg_url: str, tmp_path: Path) -> None:
+    ledger = await Ledger.open(Settings(db_url=pg_url, store_root=tmp_path / "o"))
+    try:
+        async with ledger.engine.connect() as conn:
+            version = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+        assert version == "0002"
+        assert ledger.backend == "postgresql"
+    finally:
+        await ledger.close()
