@@ -1,0 +1,73 @@
+"""Embedders turn chunk text into vectors. The default is honest about what it is:
+a hashed bag of words (feature hashing), which needs no model download and gives
+vectors that are stable across runs and machines, good enough to exercise the
+pipeline and rank exact-word overlap, not semantic similarity.
+
+A real model plugs in by implementing :class:`Embedder`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from array import array
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+DEFAULT_DIMENSIONS = 256
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class ProviderUnavailable(Exception):
+    """The embedding provider did not answer; worth retrying later."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Computes one vector per text, in order."""
+
+    name: str
+    dimensions: int
+
+    async def embed(self, texts: Sequence[str]) -> list[bytes]:
+        """Vectors as little-endian float32 bytes, one per text.
+
+        Raises:
+            ProviderUnavailable: the provider cannot answer now (transient).
+        """
+        ...
+
+
+class HashingEmbedder:
+    """Signed feature hashing of lower-cased words into ``dimensions`` buckets,
+    L2-normalised. Deterministic: blake2b, not Python's salted ``hash``."""
+
+    name = "hashed-bag-of-words"
+
+    def __init__(self, dimensions: int = DEFAULT_DIMENSIONS) -> None:
+        if dimensions < 1:
+            raise ValueError("dimensions must be positive")
+        self.dimensions = dimensions
+
+    def vector(self, text: str) -> list[float]:
+        vec = [0.0] * self.dimensions
+        for word in _WORD.findall(text.lower()):
+            digest = int.from_bytes(
+                hashlib.blake2b(word.encode(), digest_size=8).digest(), "little"
+            )
+            sign = 1.0 if digest & 1 else -1.0
+            vec[(digest >> 1) % self.dimensions] += sign
+        norm = math.sqrt(sum(v * v for v in vec))
+        return [v / norm for v in vec] if norm else vec
+
+    async def embed(self, texts: Sequence[str]) -> list[bytes]:
+        return [array("f", self.vector(t)).tobytes() for t in texts]
+
+
+def cosine(a: bytes, b: bytes) -> float:
+    """Cosine similarity of two float32 vectors (both already normalised)."""
+    va, vb = array("f"), array("f")
+    va.frombytes(a)
+    vb.frombytes(b)
+    return float(sum(x * y for x, y in zip(va, vb, strict=True)))

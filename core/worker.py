@@ -1,0 +1,382 @@
+"""Workers claim tasks from the ledger and run them through the pipeline.
+
+The same :class:`Worker` runs inside the dashboard (as coroutines on its event loop)
+and as ``ingestdesk worker`` processes. CPU-bound parsing happens in a process pool
+and database I/O is async, so a worker never blocks the loop it shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from core.config import Settings
+from core.embedder import Embedder, HashingEmbedder
+from core.ledger import Claim, Ledger
+from core.parse_pool import ParserPool
+from core.pipeline import Outcome, Pipeline, PipelineOptions
+
+if TYPE_CHECKING:
+    from core.cli import Output
+
+IDLE_POLL_MIN_S = 0.2  # seconds between claim attempts right after work ran out
+IDLE_POLL_MAX_S = 2.0  # seconds; idle polling backs off up to this
+REAP_EVERY_S = 5.0  # seconds between sweeps for expired leases
+REGISTRY_HEARTBEAT_S = 10.0  # seconds between worker-registry heartbeats
+DEFAULT_STOP_GRACE_S = 10.0  # seconds running tasks get to finish on SIGTERM
+
+
+@dataclass(frozen=True)
+class WorkerEvent:
+    """One line of a worker's story, for logs and the dashboard."""
+
+    worker_id: str
+    task_id: str | None
+    kind: str
+    line: str
+
+
+@dataclass
+class WorkerStats:
+    claimed: list[str] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    missed: list[str] = field(default_factory=list)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Worker:
+    """Claims tasks (up to ``concurrency`` at once) and runs them to the end."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        worker_id: str | None = None,
+        *,
+        pool: ParserPool | None = None,
+        embedder: Embedder | None = None,
+        options: PipelineOptions | None = None,
+        concurrency: int = 1,
+        lease_s: float | None = None,
+        on_event: Callable[[WorkerEvent], None] | None = None,
+        register: bool = True,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.ledger = ledger
+        self.worker_id = worker_id or default_worker_id()
+        self.concurrency = concurrency
+        self.lease_s = ledger.settings.lease_s if lease_s is None else lease_s
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else ParserPool(workers=concurrency)
+        self.pipeline = Pipeline(ledger, self.pool, embedder or HashingEmbedder(), options)
+        self.on_event = on_event
+        self.register = register
+        self.stats = WorkerStats()
+        self._stop = asyncio.Event()
+        self._resume = asyncio.Event()
+        self._resume.set()
+        self._running: dict[str, asyncio.Task[Outcome]] = {}
+        self._claims: dict[str, Claim] = {}
+        self._state = "idle"
+
+    # --------------------------------------------------------------- state
+
+    @property
+    def state(self) -> str:
+        if self._stop.is_set():
+            return "stopped"
+        if not self._resume.is_set():
+            return "paused"
+        return "running" if self._running else self._state
+
+    @property
+    def current(self) -> list[str]:
+        return list(self._running)
+
+    @property
+    def paused(self) -> bool:
+        return not self._resume.is_set()
+
+    def pause(self) -> None:
+        """Stop claiming new tasks; running ones carry on."""
+        self._resume.clear()
+
+    def resume(self) -> None:
+        self._resume.set()
+
+    def stop(self) -> None:
+        """Stop claiming; :meth:`run` then finishes or hands back what it holds."""
+        self._stop.set()
+        self._resume.set()
+
+    def _say(self, kind: str, line: str, task_id: str | None = None) -> None:
+        if self.on_event is not None:
+            self.on_event(WorkerEvent(self.worker_id, task_id, kind, line))
+
+    # ----------------------------------------------------------- one task
+
+    async def run_task(self, task_id: str, *, stop_grace_s: float = 0.0) -> bool:
+        """Claim this one task and run it. False if the claim was missed (another
+        worker got it first, or it is not claimable): that is not an error."""
+        claim = await self.ledger.claim(task_id, self.worker_id, lease_s=self.lease_s)
+        if claim is None:
+            self.stats.missed.append(task_id)
+            self._say("missed", f"claim missed task={task_id[:8]} worker={self.worker_id}", task_id)
+            return False
+        await self._run_claimed(claim, stop_grace_s)
+        return True
+
+    async def run_one(self, *, stop_grace_s: float = 0.0) -> bool:
+        """Claim the oldest claimable task and run it; False if there was none."""
+        claims = await self.ledger.claim_next(self.worker_id, limit=1, lease_s=self.lease_s)
+        if not claims:
+            self._say("idle", f"nothing to claim worker={self.worker_id}")
+            return False
+        await self._run_claimed(claims[0], stop_grace_s)
+        return True
+
+    async def _run_claimed(self, claim: Claim, stop_grace_s: float) -> None:
+        task = asyncio.create_task(self._execute(claim), name=f"task-{claim.task_id[:8]}")
+        self._running[claim.task_id] = task
+        stop = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                await self._wind_down(stop_grace_s)
+        finally:
+            stop.cancel()
+            self._running.pop(claim.task_id, None)
+
+    async def _execute(self, claim: Claim) -> Outcome:
+        self.stats.claimed.append(claim.task_id)
+        self._claims[claim.task_id] = claim
+        self._say(
+            "claimed",
+            f"claimed task={claim.task_id[:8]} worker={self.worker_id} status=running "
+            f"attempt={claim.attempt}",
+            claim.task_id,
+        )
+        heartbeat = asyncio.create_task(
+            self._heartbeat(claim), name=f"heartbeat-{claim.task_id[:8]}"
+        )
+        try:
+            outcome = await self.pipeline.run(
+                claim, lambda line: self._say("progress", line, claim.task_id)
+            )
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            self._claims.pop(claim.task_id, None)
+        self.stats.outcomes[claim.task_id] = outcome.result
+        return outcome
+
+    async def _heartbeat(self, claim: Claim) -> None:
+        # Renew well before expiry; a parse can hold the pipeline for a long time
+        # without any progress write to carry the renewal.
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            if not await self.ledger.heartbeat(claim, lease_s=self.lease_s):
+                return
+
+    async def close(self) -> None:
+        """Release the parser pool if this worker created it."""
+        if self._own_pool:
+            await self.pool.aclose()
+
+    # --------------------------------------------------------------- loop
+
+    async def run(self, *, until_idle: bool = False, stop_grace_s: float = 0.0) -> WorkerStats:
+        """Claim and run tasks until :meth:`stop` (or, with ``until_idle``, until
+        nothing is claimable and nothing is running)."""
+        if self.register:
+            await self.ledger.register_worker(self.worker_id)
+        side = [
+            asyncio.create_task(self._reaper(), name="reaper"),
+            asyncio.create_task(self._registry_heartbeat(), name="registry-heartbeat"),
+        ]
+        idle_s = IDLE_POLL_MIN_S
+        try:
+            while not self._stop.is_set():
+                await self._resume.wait()
+                if self._stop.is_set():
+                    break
+                free = self.concurrency - len(self._running)
+                claims: list[Claim] = []
+                if free > 0:
+                    self._state = "claiming"
+                    claims = await self.ledger.claim_next(
+                        self.worker_id, limit=free, lease_s=self.lease_s
+                    )
+                    self._state = "idle"
+                for claim in claims:
+                    task = asyncio.create_task(
+                        self._execute(claim), name=f"task-{claim.task_id[:8]}"
+                    )
+                    self._running[claim.task_id] = task
+                    task.add_done_callback(
+                        lambda _t, tid=claim.task_id: self._running.pop(tid, None)
+                    )
+                if claims:
+                    idle_s = IDLE_POLL_MIN_S
+                    continue
+                if until_idle and not self._running:
+                    break
+                await self._wait_for_change(idle_s)
+                idle_s = min(idle_s * 2, IDLE_POLL_MAX_S)
+        finally:
+            for t in side:
+                t.cancel()
+            await self._wind_down(stop_grace_s)
+            for t in side:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+            if self.register:
+                with contextlib.suppress(Exception):
+                    await self.ledger.worker_heartbeat(self.worker_id, stopped=True)
+            await self.close()
+        return self.stats
+
+    async def _wait_for_change(self, poll_s: float) -> None:
+        """Sleep until a slot frees up, stop is requested, or the poll interval ends."""
+        waiters = [asyncio.create_task(self._stop.wait())]
+        waiters.extend(self._running.values())  # type: ignore[arg-type]
+        await asyncio.wait(waiters, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
+        waiters[0].cancel()
+
+    async def _wind_down(self, grace_s: float) -> None:
+        """Finish running tasks within the grace period, then hand the rest back so
+        another worker can take them at once instead of waiting out the lease."""
+        if not self._running:
+            return
+        if grace_s > 0:
+            await asyncio.wait(list(self._running.values()), timeout=grace_s)
+        for task_id, task in list(self._running.items()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            claim = self._claims.pop(task_id, None)
+            if claim is not None and await self.ledger.hand_back(claim):
+                self._say(
+                    "handed_back",
+                    f"handed back task={task_id[:8]} worker={self.worker_id}",
+                    task_id,
+                )
+        self._running.clear()
+
+    async def _reaper(self) -> None:
+        while True:
+            for reaped in await self.ledger.reap():
+                self._say(
+                    "reaped",
+                    f"reaped task={reaped.task_id[:8]} (lease expired) -> {reaped.status.value}",
+                    reaped.task_id,
+                )
+            await asyncio.sleep(REAP_EVERY_S)
+
+    async def _registry_heartbeat(self) -> None:
+        if not self.register:
+            return
+        while True:
+            await asyncio.sleep(REGISTRY_HEARTBEAT_S)
+            await self.ledger.worker_heartbeat(self.worker_id)
+
+
+# ------------------------------------------------------------------ CLI glue
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "task_id", nargs="?", help="claim this task (default: the oldest claimable)"
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--loop", action="store_true", help="keep claiming until interrupted")
+    mode.add_argument(
+        "--until-idle", action="store_true", help="drain everything claimable, then exit"
+    )
+    parser.add_argument("--concurrency", type=int, default=1, help="tasks run at once")
+    parser.add_argument("--worker-id", help="name shown in the ledger (default host-pid)")
+    parser.add_argument("--lease", type=float, help="lease in seconds (default 30)")
+    parser.add_argument("--parser", choices=["pypdf", "pdfium"], default="pypdf")
+    parser.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk")
+    parser.add_argument("--chunk-overlap", type=int, default=150, help="characters of overlap")
+
+
+async def run_worker_command(settings: Settings, args: argparse.Namespace, out: Output) -> None:
+    from core.errors import BadInput
+
+    if args.concurrency < 1:
+        raise BadInput("--concurrency must be at least 1")
+    if args.lease is not None and args.lease <= 0:
+        raise BadInput("--lease must be positive")
+    if args.parser == "pdfium":
+        try:
+            import pypdfium2  # noqa: F401
+        except ImportError as exc:
+            raise BadInput(
+                "--parser pdfium needs the extra: pip install 'ingestdesk[pdfium]'"
+            ) from exc
+    log_stream = sys.stderr if out.as_json else sys.stdout
+
+    def log(event: WorkerEvent) -> None:
+        print(event.line, file=log_stream, flush=True)
+
+    ledger = await Ledger.open(settings)
+    worker = Worker(
+        ledger,
+        args.worker_id,
+        concurrency=args.concurrency,
+        lease_s=args.lease,
+        options=PipelineOptions(args.parser, args.chunk_size, args.chunk_overlap),
+        on_event=log,
+        register=bool(args.loop or args.until_idle),
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, worker.stop)
+    try:
+        if args.loop or args.until_idle:
+            await worker.run(until_idle=args.until_idle, stop_grace_s=DEFAULT_STOP_GRACE_S)
+        else:
+            try:
+                if args.task_id:
+                    task_id = (await ledger.get_task(args.task_id)).task_id
+                    await worker.run_task(task_id, stop_grace_s=DEFAULT_STOP_GRACE_S)
+                else:
+                    await worker.run_one(stop_grace_s=DEFAULT_STOP_GRACE_S)
+            finally:
+                await worker.close()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await ledger.close()
+    stats = worker.stats
+    summary: dict[str, Any] = {
+        "worker_id": worker.worker_id,
+        "claimed": stats.claimed,
+        "missed": stats.missed,
+        "outcomes": stats.outcomes,
+    }
+    if out.as_json:
+        print(json.dumps(summary, sort_keys=True))
+    elif args.loop or args.until_idle:
+        print(
+            f"worker={worker.worker_id} stopped: claimed={len(stats.claimed)} "
+            + " ".join(
+                f"{r}={list(stats.outcomes.values()).count(r)}"
+                for r in sorted(set(stats.outcomes.values()))
+            ),
+            flush=True,
+        )
