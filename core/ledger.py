@@ -184,6 +184,8 @@ class Claim:
     max_attempts: int
     lease_expires_at: float
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Renewals (heartbeats, progress) extend the lease by the length it was taken for.
+    lease_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,18 @@ class ChunkView:
     page: int | None
     char_start: int
     char_end: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    document_id: str
+    filename: str
+    ordinal: int
+    page: int | None
+    text: str
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -551,7 +565,7 @@ class Ledger:
             if len(rows) > 1:
                 raise ClaimBug(f"claim of {task_id} matched {len(rows)} rows")
             await self._event(conn, [r._mapping for r in rows], worker_id)
-        return _claim(rows[0], worker_id) if rows else None
+        return _claim(rows[0], worker_id, self._lease(lease_s)) if rows else None
 
     async def claim_next(
         self, worker_id: str, *, limit: int = 1, lease_s: float | None = None
@@ -581,10 +595,13 @@ class Ledger:
             await self._event(conn, [r._mapping for r in rows], worker_id)
         # RETURNING order is unspecified on PostgreSQL; hand claims out oldest first.
         rows.sort(key=lambda r: (r.created_at, r.id))
-        return [_claim(r, worker_id) for r in rows]
+        return [_claim(r, worker_id, self._lease(lease_s)) for r in rows]
+
+    def _lease(self, lease_s: float | None) -> float:
+        return self.settings.lease_s if lease_s is None else lease_s
 
     def _claim_update(self, worker_id: str, now: float, lease_s: float | None) -> Any:
-        lease = self.settings.lease_s if lease_s is None else lease_s
+        lease = self._lease(lease_s)
         return (
             update(TASKS)
             .values(
@@ -624,7 +641,7 @@ class Ledger:
         """Renew the lease. False means the worker no longer holds the task and must
         stop without writing anything else."""
         now = self.clock()
-        lease = self.settings.lease_s if lease_s is None else lease_s
+        lease = claim.lease_s if lease_s is None else lease_s
         async with self._write() as conn:
             result = await conn.execute(
                 update(TASKS).where(_held(claim)).values(lease_expires_at=now + lease)
@@ -644,7 +661,7 @@ class Ledger:
         """Record stage progress (and renew the lease with it). Only the holder of a
         running task is heard; for anyone else this is a no-op returning False."""
         now = self.clock()
-        lease = self.settings.lease_s if lease_s is None else lease_s
+        lease = claim.lease_s if lease_s is None else lease_s
         values: dict[str, Any] = {
             "stage": Stage(stage).value,
             "completed": completed,
@@ -960,8 +977,15 @@ class Ledger:
             .values(status=target.value, version=DOCUMENTS.c.version + 1, updated_at=self.clock())
         )
         if result.rowcount != 1:
-            # The document vanished or left the state the task implies; refusing
-            # rolls the whole transition back instead of splitting the pair.
+            gone = (
+                await conn.execute(select(DOCUMENTS.c.id).where(DOCUMENTS.c.id == document_id))
+            ).first() is None
+            if gone:
+                # A task outlives its deleted document (document_not_found): there
+                # is no document status left to pair with.
+                return
+            # The document left the state the task implies; refusing rolls the
+            # whole transition back instead of splitting the pair.
             raise Conflict(
                 f"document {document_id[:8]} is not {source}; the task change was not applied"
             )
@@ -1173,6 +1197,53 @@ class Ledger:
             for r in rows
         ]
 
+    async def search(
+        self, query: str, *, limit: int = 20, include_unpublished: bool = False
+    ) -> list[SearchHit]:
+        """Full-text search over chunks (FTS5 on SQLite, tsvector on PostgreSQL).
+
+        Only published documents are searchable unless ``include_unpublished``:
+        review_pending chunks exist but a human has not approved them yet.
+        """
+        words = re.findall(r"\w+", query)
+        if not words:
+            return []
+        visible = DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value
+        columns = (
+            CHUNKS.c.document_id,
+            DOCUMENTS.c.filename,
+            CHUNKS.c.ordinal,
+            CHUNKS.c.page,
+            CHUNKS.c.text,
+        )
+        if self._postgres:
+            match = text("chunks.search @@ plainto_tsquery('simple', :q)").bindparams(
+                q=" ".join(words)
+            )
+            stmt = (
+                select(*columns)
+                .select_from(CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id))
+                .where(match)
+            )
+        else:
+            # Quoted terms: user text must never be read as FTS5 query syntax.
+            fts_query = " ".join('"' + w.replace('"', "") + '"' for w in words)
+            stmt = (
+                select(*columns)
+                .select_from(
+                    CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id).join(
+                        text("chunks_fts"), text("chunks_fts.rowid = chunks.id")
+                    )
+                )
+                .where(text("chunks_fts MATCH :q").bindparams(q=fts_query))
+                .order_by(text("chunks_fts.rank"))
+            )
+        if not include_unpublished:
+            stmt = stmt.where(visible)
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt.limit(limit))).all()
+        return [SearchHit(r.document_id, r.filename, r.ordinal, r.page, r.text) for r in rows]
+
     # ------------------------------------------------------------------ workers
 
     async def register_worker(self, worker_id: str) -> None:
@@ -1269,7 +1340,7 @@ def _task(row: Any, *, document_name: str | None = None, stalled: bool = False) 
     )
 
 
-def _claim(row: Row[Any], worker_id: str) -> Claim:
+def _claim(row: Row[Any], worker_id: str, lease_s: float) -> Claim:
     return Claim(
         task_id=row.id,
         document_id=row.document_id,
@@ -1278,4 +1349,5 @@ def _claim(row: Row[Any], worker_id: str) -> Claim:
         max_attempts=row.max_attempts,
         lease_expires_at=row.lease_expires_at,
         options=json.loads(row.options or "{}"),
+        lease_s=lease_s,
     )

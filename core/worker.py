@@ -203,6 +203,8 @@ class Worker:
         nothing is claimable and nothing is running)."""
         if self.register:
             await self.ledger.register_worker(self.worker_id)
+        # Reap before the first claim so a burst run picks up orphaned tasks too.
+        await self.reap_once()
         side = [
             asyncio.create_task(self._reaper(), name="reaper"),
             asyncio.create_task(self._registry_heartbeat(), name="registry-heartbeat"),
@@ -264,10 +266,10 @@ class Worker:
         if grace_s > 0:
             await asyncio.wait(list(self._running.values()), timeout=grace_s)
         for task_id, task in list(self._running.items()):
+            claim = self._claims.get(task_id)  # read first: the task drops it on exit
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            claim = self._claims.pop(task_id, None)
             if claim is not None and await self.ledger.hand_back(claim):
                 self._say(
                     "handed_back",
@@ -276,15 +278,19 @@ class Worker:
                 )
         self._running.clear()
 
+    async def reap_once(self) -> None:
+        """Take back tasks whose worker vanished (lease expired)."""
+        for reaped in await self.ledger.reap():
+            self._say(
+                "reaped",
+                f"reaped task={reaped.task_id[:8]} (lease expired) -> {reaped.status.value}",
+                reaped.task_id,
+            )
+
     async def _reaper(self) -> None:
         while True:
-            for reaped in await self.ledger.reap():
-                self._say(
-                    "reaped",
-                    f"reaped task={reaped.task_id[:8]} (lease expired) -> {reaped.status.value}",
-                    reaped.task_id,
-                )
             await asyncio.sleep(REAP_EVERY_S)
+            await self.reap_once()
 
     async def _registry_heartbeat(self) -> None:
         if not self.register:
