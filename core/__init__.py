@@ -17,7 +17,9 @@ from core.errors import (
     ObjectReadError,
     SchemaTooNew,
 )
+from core.filters import TaskFilter, parse_filter
 from core.ledger import (
+    BulkResult,
     ChunkRecord,
     ChunkView,
     Claim,
@@ -49,6 +51,7 @@ __all__ = [
     "PAIRED_DOCUMENT_STATUS",
     "TASK_MEANING",
     "BadInput",
+    "BulkResult",
     "ChunkRecord",
     "ChunkView",
     "Claim",
@@ -71,11 +74,13 @@ __all__ = [
     "Settings",
     "Stage",
     "TaskEventView",
+    "TaskFilter",
     "TaskStatus",
     "TaskView",
     "WorkerView",
     "display_name",
     "error_detail_of",
+    "parse_filter",
     "settings_from",
     "sqlite_url",
 ]

@@ -20,7 +20,8 @@ from typing import Any
 
 from core.config import Settings, settings_from
 from core.errors import BadInput, IngestDeskError
-from core.ledger import DocumentView, Ledger, TaskView, read_upload
+from core.filters import parse_filter
+from core.ledger import BulkResult, DocumentView, Ledger, TaskView, read_upload
 from core.states import ERRORS, DocumentStatus, ErrorCode, TaskStatus
 
 EXIT_OK = 0
@@ -197,18 +198,60 @@ async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) ->
     out.emit(value, lines)
 
 
+def _bulk_lines(verb: str, result: BulkResult) -> list[str]:
+    head = "would " + verb if result.dry_run else verb
+    count = result.eligible if result.dry_run else result.done
+    lines = [f"{head} {count} of {result.matched} matching tasks"]
+    lines += [f"  not eligible: {n} x {why}" for why, n in sorted(result.ineligible.items())]
+    if result.refused:
+        lines.append(f"  refused at execution (changed meanwhile): {result.refused}")
+    return lines
+
+
+def _target(args: argparse.Namespace) -> str | None:
+    if bool(args.task_id) == bool(args.filter):
+        raise BadInput("give a TASK_ID or --filter EXPR (not both)")
+    if args.dry_run and not args.filter:
+        raise BadInput("--dry-run goes with --filter")
+    return args.task_id
+
+
 async def cmd_cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    task = await ledger.cancel(args.task_id, actor=args.actor, reason=args.reason)
-    out.emit(
-        task.to_dict(),
-        f"cancelled task={task.task_id} document={task.document_id} (document is a draft again)",
+    if task_id := _target(args):
+        task = await ledger.cancel(task_id, actor=args.actor, reason=args.reason)
+        line = f"cancelled task={task.task_id} document={task.document_id} (a draft again)"
+        out.emit(task.to_dict(), line)
+        return
+    result = await ledger.bulk_cancel(
+        parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
     )
+    out.emit(result.to_dict(), _bulk_lines("cancelled", result))
 
 
 async def cmd_retry(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    task = await ledger.retry(args.task_id, actor=args.actor, reason=args.reason)
+    if task_id := _target(args):
+        task = await ledger.retry(task_id, actor=args.actor, reason=args.reason)
+        out.emit(
+            task.to_dict(),
+            f"requeued task={task.task_id} attempt={task.attempt} status={task.status}",
+        )
+        return
+    result = await ledger.bulk_retry(
+        parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
+    )
+    out.emit(result.to_dict(), _bulk_lines("requeued", result))
+
+
+async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    hits = await ledger.search(args.query, limit=args.limit, include_unpublished=args.all)
+    lines = [
+        f"{h.document_id[:8]}  page={h.page if h.page is not None else '-':<4} "
+        f"{h.filename}: {h.text[:80]!r}"
+        for h in hits
+    ]
     out.emit(
-        task.to_dict(), f"requeued task={task.task_id} attempt={task.attempt} status={task.status}"
+        [h.to_dict() for h in hits],
+        lines or ["no matches (only published documents are searchable; --all includes the rest)"],
     )
 
 
@@ -256,6 +299,7 @@ COMMANDS: dict[str, Command] = {
     "retry": cmd_retry,
     "publish": cmd_publish,
     "chunks": cmd_chunks,
+    "search": cmd_search,
     "errors": cmd_errors,
 }
 
@@ -317,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("tasks", "list ingestion tasks, newest first")
     p.add_argument("--status", choices=[s.value for s in TaskStatus])
     p.add_argument("--error-code", choices=[c.value for c in ErrorCode])
+    p.add_argument("--filter", help="filter expression, e.g. 'status:failed code:parse_error'")
     p.add_argument("--limit", type=int, default=1000)
     add("task", "one task with its event history").add_argument("task_id")
     p = add("documents", "list documents")
@@ -328,10 +373,18 @@ def build_parser() -> argparse.ArgumentParser:
         ("retry", "requeue a failed task"),
     ):
         p = add(name, help_)
-        p.add_argument("task_id")
+        p.add_argument("task_id", nargs="?")
+        p.add_argument("--filter", help="act on every task matching this filter expression")
+        p.add_argument(
+            "--dry-run", action="store_true", help="with --filter: count, change nothing"
+        )
         p.add_argument("--reason", help="why, for the audit log")
     add("publish", "publish a document waiting for review").add_argument("document_id")
     add("chunks", "print a document's chunks").add_argument("document_id")
+    p = add("search", "full-text search over published documents' chunks")
+    p.add_argument("query")
+    p.add_argument("--all", action="store_true", help="include documents not yet published")
+    p.add_argument("--limit", type=int, default=20)
     add("errors", "the error codes, what they mean and what to do")
     _add_runtime_commands(add)
     return parser

@@ -16,9 +16,9 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from core import db
 from core.config import Settings
 from core.errors import BadInput, ClaimBug, Conflict, NotFound
+from core.filters import COMPARISONS, TaskFilter, Term
 from core.models import CLAIMABLE_SQL, Chunk, Document, IngestionTask, Outbox, TaskEvent
 from core.models import WorkerRecord as WorkerRow
 from core.states import (
@@ -218,6 +219,21 @@ class SearchHit:
     ordinal: int
     page: int | None
     text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk action found (and, unless a dry run, did)."""
+
+    matched: int
+    eligible: int
+    ineligible: dict[str, int]
+    dry_run: bool
+    done: int = 0
+    refused: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -1055,11 +1071,14 @@ class Ledger:
         status: TaskStatus | str | None = None,
         error_code: ErrorCode | str | None = None,
         document_id: str | None = None,
+        filter: TaskFilter | None = None,
         limit: int | None = 1000,
         offset: int = 0,
     ) -> list[TaskView]:
-        """Tasks, newest first, optionally by status / error code / document."""
+        """Tasks, newest first, optionally by status / error code / document / filter."""
         query = self._task_query()
+        if filter:
+            query = query.where(*(_term_clause(t) for t in filter.terms))
         if status is not None:
             query = query.where(TASKS.c.status == TaskStatus(status).value)
         if error_code is not None:
@@ -1073,6 +1092,89 @@ class Ledger:
             rows = (await conn.execute(query)).all()
         now = self.clock()
         return [self._view(r, now) for r in rows]
+
+    async def count_tasks(self, filter: TaskFilter | None = None) -> int:
+        """How many tasks match a filter (all of them, not just a page)."""
+        query = select(func.count()).select_from(
+            TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
+        )
+        if filter:
+            query = query.where(*(_term_clause(t) for t in filter.terms))
+        async with self._read() as conn:
+            return int((await conn.execute(query)).scalar() or 0)
+
+    async def bulk_cancel(
+        self,
+        filter: TaskFilter,
+        *,
+        actor: str = "system",
+        reason: str | None = None,
+        dry_run: bool = False,
+    ) -> BulkResult:
+        """Cancel every task matching the filter. The dry run counts what is eligible
+        and why the rest is not; the real run re-checks each task with the same
+        conditional update as a single cancel, so a task that moved meanwhile is
+        refused rather than overwritten."""
+        return await self._bulk(
+            filter,
+            lambda t: t.status in CANCELLABLE,
+            lambda t: (
+                f"{t.status.value}: only queued, running or retry_wait tasks can be cancelled"
+            ),
+            lambda task_id: self.cancel(task_id, actor=actor, reason=reason),
+            dry_run,
+        )
+
+    async def bulk_retry(
+        self,
+        filter: TaskFilter,
+        *,
+        actor: str = "system",
+        reason: str | None = None,
+        dry_run: bool = False,
+    ) -> BulkResult:
+        """Requeue every failed task matching the filter (see :meth:`bulk_cancel`)."""
+
+        def why(t: TaskView) -> str:
+            if t.status is TaskStatus.CANCELLED:
+                return "cancelled: submit the document again instead"
+            return f"{t.status.value}: only failed tasks can be retried"
+
+        return await self._bulk(
+            filter,
+            lambda t: t.status is TaskStatus.FAILED,
+            why,
+            lambda task_id: self.retry(task_id, actor=actor, reason=reason),
+            dry_run,
+        )
+
+    async def _bulk(
+        self,
+        filter: TaskFilter,
+        eligible: Callable[[TaskView], bool],
+        why_not: Callable[[TaskView], str],
+        act: Callable[[str], Awaitable[TaskView]],
+        dry_run: bool,
+    ) -> BulkResult:
+        tasks = await self.list_tasks(filter=filter, limit=None)
+        chosen = [t.task_id for t in tasks if eligible(t)]
+        ineligible: dict[str, int] = {}
+        for t in tasks:
+            if not eligible(t):
+                ineligible[why_not(t)] = ineligible.get(why_not(t), 0) + 1
+        result = BulkResult(
+            matched=len(tasks), eligible=len(chosen), ineligible=ineligible, dry_run=dry_run
+        )
+        if dry_run:
+            return result
+        done = refused = 0
+        for task_id in chosen:
+            try:
+                await act(task_id)
+                done += 1
+            except (Conflict, NotFound):
+                refused += 1
+        return replace(result, done=done, refused=refused)
 
     async def tasks_since(self, revision: int, *, limit: int = 5000) -> list[TaskView]:
         """Tasks changed after ``revision``, oldest change first. A reader keeps the
@@ -1297,6 +1399,41 @@ _EVENT_SOURCE = (
     TASKS.c.attempt,
     TASKS.c.error_code,
 )
+
+
+def _term_clause(term: Term) -> ColumnElement[bool]:
+    """SQL for one filter term; NULLs are coalesced so negation means what
+    :meth:`Term.matches` means."""
+    name = func.lower(func.coalesce(DOCUMENTS.c.filename, ""))
+    code = func.coalesce(TASKS.c.error_code, "")
+    value = term.value
+    clause: ColumnElement[bool]
+    if term.field is None:
+        v = value.lower()
+        clause = (
+            name.contains(v, autoescape=True)
+            | TASKS.c.id.startswith(v, autoescape=True)
+            | code.contains(v, autoescape=True)
+        )
+    elif term.field == "status":
+        clause = TASKS.c.status == value
+    elif term.field == "code":
+        clause = code == value
+    elif term.field == "stage":
+        clause = TASKS.c.stage == value
+    elif term.field == "attempt":
+        clause = COMPARISONS[term.op](TASKS.c.attempt, int(value))  # type: ignore[assignment]
+    elif term.field == "worker":
+        clause = func.lower(func.coalesce(TASKS.c.worker_id, "")).contains(
+            value.lower(), autoescape=True
+        )
+    elif term.field == "name":
+        clause = name.contains(value.lower(), autoescape=True)
+    elif term.field == "id":
+        clause = TASKS.c.id.startswith(value.lower(), autoescape=True)
+    else:
+        clause = TASKS.c.document_id.startswith(value.lower(), autoescape=True)
+    return ~clause if term.negate else clause
 
 
 def _document(m: Mapping[str, Any]) -> DocumentView:

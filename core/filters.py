@@ -1,0 +1,130 @@
+"""The task filter language shared by ``ingestdesk tasks --filter`` and the
+dashboard's ``/`` bar.
+
+    status:failed code:parse_error stage:embedding attempt:>1 worker:w1 name:report
+    !status:succeeded  quarterly
+
+Terms are AND-ed. ``field:value`` matches a field (``!`` in front negates);
+a bare word matches the document name, the task id prefix or the error code.
+``attempt`` takes ``>``, ``>=``, ``<``, ``<=`` or ``=`` before its number.
+"""
+
+from __future__ import annotations
+
+import operator
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from core.errors import BadInput
+from core.states import ErrorCode, Stage, TaskStatus
+
+if TYPE_CHECKING:
+    from core.ledger import TaskView
+
+FIELDS = ("status", "code", "stage", "attempt", "worker", "name", "id", "document")
+ALIASES = {"error": "code", "error_code": "code", "doc": "document", "task": "id"}
+COMPARISONS: dict[str, Callable[[int, int], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "=": operator.eq,
+}
+
+
+@dataclass(frozen=True)
+class Term:
+    """One condition. ``field`` is None for free text."""
+
+    field: str | None
+    value: str
+    negate: bool = False
+    op: str = "="
+
+    def matches(self, task: TaskView) -> bool:
+        return self._test(task) != self.negate
+
+    def _test(self, task: TaskView) -> bool:
+        value = self.value
+        if self.field is None:
+            v = value.lower()
+            return (
+                v in (task.document_name or "").lower()
+                or task.task_id.startswith(v)
+                or (task.error_code is not None and v in task.error_code.value)
+            )
+        if self.field == "status":
+            return task.status.value == value
+        if self.field == "code":
+            return task.error_code is not None and task.error_code.value == value
+        if self.field == "stage":
+            return task.stage.value == value
+        if self.field == "attempt":
+            return COMPARISONS[self.op](task.attempt, int(value))
+        if self.field == "worker":
+            return task.worker_id is not None and value.lower() in task.worker_id.lower()
+        if self.field == "name":
+            return value.lower() in (task.document_name or "").lower()
+        if self.field == "id":
+            return task.task_id.startswith(value.lower())
+        if self.field == "document":
+            return task.document_id.startswith(value.lower())
+        raise AssertionError(self.field)
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """A parsed filter: all terms must match."""
+
+    terms: tuple[Term, ...] = ()
+    text: str = ""
+
+    def matches(self, task: TaskView) -> bool:
+        return all(t.matches(task) for t in self.terms)
+
+    def __bool__(self) -> bool:
+        return bool(self.terms)
+
+
+def parse_filter(text: str) -> TaskFilter:
+    """Parse filter text, refusing unknown fields and values with a clear message."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise BadInput(f"filter: {exc}") from exc
+    terms = [_term(word) for word in words]
+    return TaskFilter(tuple(terms), text.strip())
+
+
+def _term(word: str) -> Term:
+    negate = word.startswith("!")
+    if negate:
+        word = word[1:]
+    if not word:
+        raise BadInput("filter: '!' needs a term after it")
+    field, sep, value = word.partition(":")
+    if not sep:
+        return Term(None, word, negate)
+    field = ALIASES.get(field.lower(), field.lower())
+    if field not in FIELDS:
+        raise BadInput(f"filter: unknown field {field!r} (fields: {', '.join(FIELDS)})")
+    if not value:
+        raise BadInput(f"filter: {field}: needs a value")
+    choices: tuple[str, ...] = ()
+    if field == "status":
+        choices = tuple(s.value for s in TaskStatus)
+    elif field == "code":
+        choices = tuple(c.value for c in ErrorCode)
+    elif field == "stage":
+        choices = tuple(s.value for s in Stage)
+    if choices and value.lower() not in choices:
+        raise BadInput(f"filter: {field} must be one of {', '.join(choices)}")
+    if field == "attempt":
+        op = next((o for o in COMPARISONS if value.startswith(o)), "=")
+        number = value[len(op) :] if value.startswith(op) else value
+        if not number.isdigit():
+            raise BadInput(f"filter: attempt needs a number, e.g. attempt:>1 (got {value!r})")
+        return Term(field, number, negate, op)
+    return Term(field, value.lower() if choices else value, negate)
