@@ -16,7 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from core.config import Settings, settings_from
 from core.errors import BadInput, IngestDeskError
@@ -213,7 +213,7 @@ def _target(args: argparse.Namespace) -> str | None:
         raise BadInput("give a TASK_ID or --filter EXPR (not both)")
     if args.dry_run and not args.filter:
         raise BadInput("--dry-run goes with --filter")
-    return args.task_id
+    return cast(str | None, args.task_id)
 
 
 async def cmd_cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
@@ -400,10 +400,10 @@ def _add_runtime_commands(add: Callable[[str, str], argparse.ArgumentParser]) ->
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides: dict[str, object] = {}
+    settings = settings_from(args.db, args.store)
     if getattr(args, "synchronous", None):
-        overrides["sqlite_synchronous"] = args.synchronous.upper()
-    return settings_from(args.db, args.store, **overrides)
+        settings = settings.with_(sqlite_synchronous=args.synchronous.upper())
+    return settings
 
 
 async def run(args: argparse.Namespace, out: Output) -> None:

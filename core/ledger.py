@@ -20,11 +20,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
     Row,
+    Table,
     case,
     delete,
     func,
@@ -53,12 +54,12 @@ from core.states import (
 )
 from core.store import ObjectStore
 
-TASKS = IngestionTask.__table__
-DOCUMENTS = Document.__table__
-EVENTS = TaskEvent.__table__
-CHUNKS = Chunk.__table__
-OUTBOX = Outbox.__table__
-WORKERS = WorkerRow.__table__
+TASKS = cast(Table, IngestionTask.__table__)
+DOCUMENTS = cast(Table, Document.__table__)
+EVENTS = cast(Table, TaskEvent.__table__)
+CHUNKS = cast(Table, Chunk.__table__)
+OUTBOX = cast(Table, Outbox.__table__)
+WORKERS = cast(Table, WorkerRow.__table__)
 
 ERROR_DETAIL_MAX = 500  # characters
 NAME_MAX = 255  # characters of a display name
@@ -381,7 +382,7 @@ class Ledger:
     async def _event(
         self,
         conn: AsyncConnection,
-        rows: Iterable[Mapping[str, Any]],
+        rows: Iterable[Mapping[Any, Any]],
         actor: str,
         reason: str | None = None,
     ) -> None:
@@ -610,8 +611,8 @@ class Ledger:
             ).all()
             await self._event(conn, [r._mapping for r in rows], worker_id)
         # RETURNING order is unspecified on PostgreSQL; hand claims out oldest first.
-        rows.sort(key=lambda r: (r.created_at, r.id))
-        return [_claim(r, worker_id, self._lease(lease_s)) for r in rows]
+        ordered = sorted(rows, key=lambda r: (r.created_at, r.id))
+        return [_claim(r, worker_id, self._lease(lease_s)) for r in ordered]
 
     def _lease(self, lease_s: float | None) -> float:
         return self.settings.lease_s if lease_s is None else lease_s
@@ -834,7 +835,8 @@ class Ledger:
         """Seconds to wait before the next automatic attempt: exponential, capped,
         with 'equal jitter' so a burst of failures does not retry in lockstep."""
         ceiling = min(
-            self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** max(attempt - 1, 0)
+            self.settings.backoff_max_s,
+            self.settings.backoff_base_s * 2.0 ** max(attempt - 1, 0),
         )
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
@@ -1422,7 +1424,8 @@ def _term_clause(term: Term) -> ColumnElement[bool]:
     elif term.field == "stage":
         clause = TASKS.c.stage == value
     elif term.field == "attempt":
-        clause = COMPARISONS[term.op](TASKS.c.attempt, int(value))  # type: ignore[assignment]
+        compare: Callable[[Any, int], Any] = COMPARISONS[term.op]
+        clause = compare(TASKS.c.attempt, int(value))
     elif term.field == "worker":
         clause = func.lower(func.coalesce(TASKS.c.worker_id, "")).contains(
             value.lower(), autoescape=True
@@ -1436,7 +1439,7 @@ def _term_clause(term: Term) -> ColumnElement[bool]:
     return ~clause if term.negate else clause
 
 
-def _document(m: Mapping[str, Any]) -> DocumentView:
+def _document(m: Mapping[Any, Any]) -> DocumentView:
     return DocumentView(
         document_id=m["id"],
         filename=m["filename"],

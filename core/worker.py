@@ -228,9 +228,7 @@ class Worker:
                         self._execute(claim), name=f"task-{claim.task_id[:8]}"
                     )
                     self._running[claim.task_id] = task
-                    task.add_done_callback(
-                        lambda _t, tid=claim.task_id: self._running.pop(tid, None)
-                    )
+                    task.add_done_callback(self._forget)
                 if claims:
                     idle_s = IDLE_POLL_MIN_S
                     continue
@@ -250,6 +248,11 @@ class Worker:
                     await self.ledger.worker_heartbeat(self.worker_id, stopped=True)
             await self.close()
         return self.stats
+
+    def _forget(self, task: asyncio.Task[Outcome]) -> None:
+        for task_id, running in list(self._running.items()):
+            if running is task:
+                del self._running[task_id]
 
     async def _wait_for_change(self, poll_s: float) -> None:
         """Sleep until a slot frees up, stop is requested, or the poll interval ends."""
