@@ -1,0 +1,576 @@
+"""Parse untrusted documents in child processes that can be killed.
+
+A hostile PDF can make a parser spin for minutes, allocate gigabytes, recurse until the
+C stack breaks or crash in native code. None of that may take the worker down, block
+its event loop or starve other documents, so :class:`ParserPool` runs
+:func:`core.parsing.run_parse` in a few long-lived children and enforces, per parse:
+
+* a wall-clock budget: ``min(max_timeout_s, base_timeout_s + per_page_timeout_s * pages)``
+  where ``pages`` is estimated in the parent without parsing (see
+  :func:`estimate_pages`). A child over budget is killed with SIGKILL and replaced.
+* an address-space cap (``RLIMIT_AS``) set inside each child; the parse then fails with
+  ``MemoryError`` rather than the machine swapping.
+* crash isolation: a child that dies (segfault, OOM kill) fails only its own parse.
+
+Children are started with the ``spawn`` method (a fork of a process running an asyncio
+loop and SQLAlchemy pools is not safe), lazily, and are reused across parses because a
+spawn costs a fresh interpreter plus imports. A child retires itself after
+``max_parses_per_child`` parses, after a memory or recursion failure, or when its
+resident memory stays high after a parse, so one monster file cannot leave a bloated
+process behind for the ordinary ones.
+
+Every blocking pipe operation runs on a small thread pool owned by the pool, so the
+event loop only ever awaits futures.
+
+Scripts that create a pool must guard their entry point with
+``if __name__ == "__main__":``, as always with ``spawn``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import multiprocessing
+import os
+import re
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from types import TracebackType
+
+from core.parsing import (
+    OUT_OF_MEMORY_REASON,
+    ParsedDocument,
+    ParseFailure,
+    log_parser_warnings,
+    run_parse,
+    validate_request,
+)
+from core.states import DocumentKind, ErrorCode
+
+logger = logging.getLogger(__name__)
+
+# --- tunables ---------------------------------------------------------------------------
+
+DEFAULT_BASE_TIMEOUT_S = 10.0  # seconds every parse gets
+DEFAULT_PER_PAGE_TIMEOUT_S = 0.5  # seconds added per estimated page
+DEFAULT_MAX_TIMEOUT_S = 300.0  # seconds; no document gets longer than this
+DEFAULT_MEMORY_LIMIT_BYTES = 1 << 30  # bytes of address space per child (RLIMIT_AS)
+DEFAULT_MAX_PARSES_PER_CHILD = 500  # parses before a child is replaced
+# A child whose resident memory is above this after a parse retires, giving the memory
+# back to the OS; CPython rarely returns freed arenas on its own.
+CHILD_RSS_RECYCLE_BYTES = 256 << 20  # bytes
+CHILD_START_TIMEOUT_S = 60.0  # seconds for a fresh child to import and report ready
+CHILD_STOP_GRACE_S = 2.0  # seconds a child gets to exit before it is killed
+# Page estimates for documents whose page objects cannot be counted from raw bytes:
+# PDF 1.5+ files may hide page dictionaries inside compressed object streams.
+PDF_BYTES_PER_PAGE_ESTIMATE = 100 * 1024  # bytes
+TEXT_BYTES_PER_PAGE_ESTIMATE = 64 * 1024  # bytes
+# Documents up to this size have their pages estimated on the event loop (< 2 ms).
+INLINE_ESTIMATE_MAX_BYTES = 1 << 20  # bytes
+
+# "/Type /Page" but not "/Type /Pages"; whitespace between the tokens is optional.
+_PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![A-Za-z0-9])")
+_READY = "ready"
+
+
+@dataclass(frozen=True)
+class _Request:
+    kind: str
+    parser: str
+    chunk_size: int
+    chunk_overlap: int
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """A child's answer: a document or failure, or an unexpected caller-side error."""
+
+    outcome: ParsedDocument | ParseFailure | None
+    warning_lines: list[str]
+    warning_count: int
+    error: BaseException | None = None
+    retiring: bool = False
+
+
+class _Timeout:
+    pass
+
+
+@dataclass(frozen=True)
+class _Died:
+    pid: int | None
+    exitcode: int | None
+
+
+def estimate_pages(data: bytes, kind: DocumentKind | str) -> int:
+    """Cheap page estimate for the time budget, without parsing.
+
+    PDFs: the larger of the number of ``/Type /Page`` objects visible in the raw bytes
+    and one page per ``PDF_BYTES_PER_PAGE_ESTIMATE`` bytes (page objects inside
+    compressed object streams are invisible to the byte scan). Text: one page per
+    ``TEXT_BYTES_PER_PAGE_ESTIMATE`` bytes. Never less than 1.
+
+    Args:
+        data: The document's bytes.
+        kind: Its kind.
+
+    Returns:
+        Estimated page count.
+    """
+    by_size = (
+        PDF_BYTES_PER_PAGE_ESTIMATE if kind == DocumentKind.PDF else TEXT_BYTES_PER_PAGE_ESTIMATE
+    )
+    pages = math.ceil(len(data) / by_size)
+    if kind == DocumentKind.PDF:
+        pages = max(pages, sum(1 for _ in _PAGE_OBJECT.finditer(data)))
+    return max(1, pages)
+
+
+class ParserPool:
+    """A small pool of killable parser processes.
+
+    Use as ``async with ParserPool(workers=2) as pool: doc = await pool.parse(...)``.
+    Not thread-safe: use one pool from one event loop.
+    """
+
+    def __init__(
+        self,
+        workers: int = 1,
+        *,
+        base_timeout_s: float = DEFAULT_BASE_TIMEOUT_S,
+        per_page_timeout_s: float = DEFAULT_PER_PAGE_TIMEOUT_S,
+        max_timeout_s: float = DEFAULT_MAX_TIMEOUT_S,
+        memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+        max_parses_per_child: int = DEFAULT_MAX_PARSES_PER_CHILD,
+    ) -> None:
+        """Configure the pool; no process starts until the first parse.
+
+        Args:
+            workers: Most parses running at once, i.e. most child processes.
+            base_timeout_s: Seconds every parse gets.
+            per_page_timeout_s: Seconds added per estimated page.
+            max_timeout_s: Upper bound on any parse's budget, in seconds.
+            memory_limit_bytes: Address-space limit of each child, in bytes.
+            max_parses_per_child: Parses after which a child is replaced.
+
+        Raises:
+            ValueError: A limit is not positive.
+        """
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        if min(base_timeout_s, max_timeout_s) <= 0 or per_page_timeout_s < 0:
+            raise ValueError("timeouts must be positive")
+        if memory_limit_bytes <= 0 or max_parses_per_child < 1:
+            raise ValueError("memory_limit_bytes and max_parses_per_child must be positive")
+        self.workers = workers
+        self.base_timeout_s = base_timeout_s
+        self.per_page_timeout_s = per_page_timeout_s
+        self.max_timeout_s = max_timeout_s
+        self.memory_limit_bytes = memory_limit_bytes
+        self.max_parses_per_child = max_parses_per_child
+        self._context = multiprocessing.get_context("spawn")
+        self._slots = asyncio.Semaphore(workers)
+        self._idle: list[_Child] = []
+        self._busy: set[_Child] = set()
+        # One thread per slot for its blocking pipe calls, plus one for shutdown work.
+        self._threads = ThreadPoolExecutor(workers + 1, thread_name_prefix="parser-pool")
+        self._closed = False
+        self._children_started = 0
+
+    @property
+    def children_started(self) -> int:
+        """How many child processes this pool has started so far."""
+        return self._children_started
+
+    @property
+    def child_pids(self) -> tuple[int, ...]:
+        """Process ids of the live children, busy ones first (for dashboards and tests)."""
+        children = [*self._busy, *self._idle]
+        return tuple(child.pid for child in children if child.pid is not None)
+
+    def timeout_for(self, data: bytes, kind: DocumentKind | str) -> float:
+        """The wall-clock budget, in seconds, a parse of ``data`` gets."""
+        pages = estimate_pages(data, kind)
+        return min(self.max_timeout_s, self.base_timeout_s + self.per_page_timeout_s * pages)
+
+    async def parse(
+        self,
+        data: bytes,
+        kind: DocumentKind | str,
+        *,
+        parser: str = "pypdf",
+        chunk_size: int = 1000,
+        chunk_overlap: int = 150,
+    ) -> ParsedDocument:
+        """Parse one document in a child process; see :func:`core.parsing.parse_document`.
+
+        Args:
+            data: The document's bytes.
+            kind: What the bytes are.
+            parser: PDF parser, ``"pypdf"`` or ``"pdfium"``.
+            chunk_size: Largest chunk, in characters.
+            chunk_overlap: Characters shared by consecutive chunks.
+
+        Returns:
+            The parsed document.
+
+        Raises:
+            ParseFailure: The document is bad, empty, over its time budget
+                ("parse timed out after Xs"), over the memory limit, or crashed its
+                parser ("parser process died").
+            ValueError, ParserUnavailable: Bad arguments or a missing parser library,
+                checked before any child is involved.
+            RuntimeError: The pool is closed, or was closed during this parse.
+        """
+        doc_kind = DocumentKind(kind)
+        validate_request(doc_kind, parser, chunk_size, chunk_overlap)
+        request = _Request(str(doc_kind), parser, chunk_size, chunk_overlap)
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        if len(data) > INLINE_ESTIMATE_MAX_BYTES:
+            # The page scan reads every byte: ~0.1 s for 50 MB, too long for the loop.
+            budget = await loop.run_in_executor(None, self.timeout_for, data, doc_kind)
+        else:
+            budget = self.timeout_for(data, doc_kind)
+        async with self._slots:
+            self._check_open()
+            child = await self._take_child(loop)
+            if self._closed:  # closed while the child started
+                child.kill()
+                self._reap_soon(child)
+                self._check_open()
+            # The exchange thread owns the child's pipe from here on: on a timeout or a
+            # death it also kills and reaps the child. This coroutine only ever signals
+            # the child, so no two threads touch one pipe.
+            exchange = self._threads.submit(child.exchange, request, data, budget)
+            self._busy.add(child)
+            try:
+                reply = await asyncio.shield(asyncio.wrap_future(exchange))
+            except asyncio.CancelledError:
+                child.kill()  # the exchange thread sees EOF at once and cleans up
+                if exchange.cancel():  # it never ran, so nobody else will
+                    self._reap_soon(child)
+                raise
+            finally:
+                self._busy.discard(child)
+            if isinstance(reply, _Reply) and not reply.retiring:
+                if self._closed:  # closed while we parsed: aclose has killed it
+                    self._reap_soon(child)
+                else:
+                    self._idle.append(child)
+        return self._outcome(reply, budget)
+
+    async def aclose(self) -> None:
+        """Stop every child and release the pool's threads.
+
+        Parses still running are cut short and raise RuntimeError; cancel them first
+        for an orderly shutdown. Safe to call more than once.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        busy = list(self._busy)
+        for child in busy:
+            child.kill()
+        idle, self._idle = self._idle, []
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self._threads, child.stop) for child in idle))
+        # Waits for in-flight exchanges too; the kills above make them return at once,
+        # and each reaps its own child.
+        await loop.run_in_executor(None, self._threads.shutdown, True)
+
+    async def __aenter__(self) -> ParserPool:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- internals ------------------------------------------------------------------
+
+    def _reap_soon(self, child: _Child) -> None:
+        """Join a finished or killed child on a pool thread, without waiting for it."""
+        if self._closed:
+            # The pool's threads may be gone; a throwaway thread does the join instead.
+            threading.Thread(target=child.reap, name="parser-reaper", daemon=True).start()
+            return
+        self._threads.submit(child.reap)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("parser pool is closed")
+
+    async def _take_child(self, loop: asyncio.AbstractEventLoop) -> _Child:
+        while self._idle:
+            child = self._idle.pop()
+            if child.alive:
+                return child
+            self._reap_soon(child)  # died while idle (OOM killer, an operator's kill)
+        child = _Child(self._context, self.memory_limit_bytes, self.max_parses_per_child)
+        self._children_started += 1
+        started = loop.run_in_executor(self._threads, child.start)
+        try:
+            await asyncio.shield(started)
+        except asyncio.CancelledError:
+            # The start finishes on its thread regardless; don't leak the process.
+            def dispose(_: object) -> None:
+                child.kill()
+                self._reap_soon(child)
+
+            started.add_done_callback(dispose)
+            raise
+        except BaseException:
+            child.kill()
+            self._reap_soon(child)
+            raise
+        return child
+
+    def _outcome(self, reply: _Reply | _Timeout | _Died, budget: float) -> ParsedDocument:
+        if isinstance(reply, _Timeout):
+            raise ParseFailure(ErrorCode.PARSE_ERROR, f"parse timed out after {budget:.1f}s")
+        if isinstance(reply, _Died):
+            if self._closed:
+                raise RuntimeError("parser pool closed during the parse")
+            logger.warning("parser process %s died (exit code %s)", reply.pid, reply.exitcode)
+            raise ParseFailure(ErrorCode.PARSE_ERROR, "parser process died")
+        log_parser_warnings(reply.warning_lines, reply.warning_count)
+        if reply.error is not None:
+            raise reply.error
+        if isinstance(reply.outcome, ParseFailure):
+            raise reply.outcome
+        assert reply.outcome is not None
+        return reply.outcome
+
+
+class _Child:
+    """One parser process and the parent's end of its pipe.
+
+    ``start``, ``exchange``, ``stop`` and ``reap`` block and run on the pool's threads,
+    one at a time per child; ``kill`` only sends a signal and may be called from the
+    event loop at any moment.
+    """
+
+    def __init__(
+        self,
+        context: multiprocessing.context.SpawnContext,
+        memory_limit_bytes: int,
+        max_parses: int,
+    ) -> None:
+        self._context = context
+        self._memory_limit_bytes = memory_limit_bytes
+        self._max_parses = max_parses
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        # Serialises kill() with close(): signalling a closed (reaped) process could hit
+        # a recycled pid.
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return None if process is None else process.pid
+
+    @property
+    def alive(self) -> bool:
+        process = self._process
+        return process is not None and process.exitcode is None
+
+    def start(self) -> None:
+        parent_end, child_end = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=_child_main,
+            args=(child_end, self._memory_limit_bytes, self._max_parses),
+            name="ingestdesk-parser",
+            daemon=True,
+        )
+        self._process, self._conn = process, parent_end
+        process.start()
+        # Our copy of the child's end must go, or a dead child would never read as EOF.
+        child_end.close()
+        try:
+            ready = parent_end.poll(CHILD_START_TIMEOUT_S) and parent_end.recv() == _READY
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self.kill()
+            exitcode = self.reap()
+            raise RuntimeError(f"parser process failed to start (exit code {exitcode})")
+
+    def exchange(
+        self, request: _Request, data: bytes, budget_s: float
+    ) -> _Reply | _Timeout | _Died:
+        """Send one parse and wait at most ``budget_s`` seconds for its reply.
+
+        A child that times out, dies or retires is reaped before this returns.
+        """
+        assert self._conn is not None
+        reply: _Reply | _Timeout | _Died
+        try:
+            try:
+                self._conn.send(request)
+                # Separately, so the document is not copied into a pickle on the way.
+                self._conn.send_bytes(data)
+            except OSError:
+                # The child may have refused the document (too big for its memory
+                # cap) and said so before leaving; an answer beats "died".
+                if not self._conn.poll(CHILD_STOP_GRACE_S):
+                    raise
+            if self._conn.poll(budget_s):
+                received = self._conn.recv()
+                if isinstance(received, _Reply):
+                    reply = received
+                else:
+                    raise EOFError("unexpected message from the parser process")
+            else:
+                reply = _Timeout()
+        except (EOFError, OSError):
+            pid = self.pid
+            reply = _Died(pid, self.reap())
+        if isinstance(reply, _Timeout):
+            self.kill()
+            self.reap()
+        elif isinstance(reply, _Reply) and reply.retiring:
+            self.reap()  # it exits by itself right after replying
+        return reply
+
+    def kill(self) -> None:
+        with self._lock:
+            process = self._process
+            if process is not None and process.pid is not None:
+                # Process.kill() signals only while the exit status is uncollected.
+                process.kill()
+
+    def reap(self) -> int | None:
+        """Wait for the child to exit (killing it after a grace period), release it.
+
+        Returns:
+            Its exit code (negative: the signal that ended it), or None if already reaped.
+        """
+        process = self._process
+        if process is None:
+            return None
+        if not wait([process.sentinel], CHILD_STOP_GRACE_S):
+            self.kill()
+        process.join()
+        exitcode = process.exitcode
+        with self._lock:
+            process.close()
+            self._process = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        return exitcode
+
+    def stop(self) -> None:
+        """Ask an idle child to exit, killing it if it does not within the grace."""
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.send(None)
+        self.reap()
+
+
+# --- the child process ------------------------------------------------------------------
+
+
+def _child_main(conn: Connection, memory_limit_bytes: int, max_parses: int) -> None:
+    """Serve parse requests on ``conn`` until told to stop, the parent goes, or retiring."""
+    # Ctrl-C in the terminal reaches the whole process group. The parent decides when
+    # children stop; a child dying of KeyboardInterrupt would fail a good document.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Nothing here may log to the terminal (the TUI owns it): the warnings travel back
+    # in the reply and the parent logs them.
+    logging.getLogger().addHandler(logging.NullHandler())
+    import pypdf  # noqa: F401  # import before the memory cap and outside the budget
+
+    _limit_resources(memory_limit_bytes)
+    conn.send(_READY)
+    for served in range(1, max_parses + 1):
+        try:
+            request = conn.recv()
+            if request is None:
+                return
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        except MemoryError:
+            # The document alone does not fit under the cap. The pipe is mid-message now,
+            # so answer and leave; the parent reads the answer when its send breaks.
+            conn.send(_Reply(_memory_failure(), [], 0, retiring=True))
+            return
+        reply = _serve(request, data)
+        del data
+        retiring = reply.retiring or served >= max_parses or _rss_bytes() > CHILD_RSS_RECYCLE_BYTES
+        try:
+            conn.send(dataclasses.replace(reply, retiring=retiring))
+        except MemoryError:
+            conn.send(_Reply(_memory_failure(), [], 0, retiring=True))
+            return
+        if retiring:
+            return
+
+
+def _serve(request: _Request, data: bytes) -> _Reply:
+    try:
+        outcome, lines, count = run_parse(
+            data,
+            request.kind,
+            parser=request.parser,
+            chunk_size=request.chunk_size,
+            chunk_overlap=request.chunk_overlap,
+        )
+    except MemoryError:
+        return _Reply(_memory_failure(), [], 0, retiring=True)
+    except Exception as exc:  # a caller bug: hand it back to be raised in the parent
+        return _Reply(None, [], 0, error=_picklable(exc))
+    # After running out of memory the interpreter may be in a fragile state (half-built
+    # caches, a fragmented heap at the cap): the next document gets a fresh process.
+    fragile = isinstance(outcome, ParseFailure) and outcome.reason == OUT_OF_MEMORY_REASON
+    return _Reply(outcome, lines, count, retiring=fragile)
+
+
+def _memory_failure() -> ParseFailure:
+    return ParseFailure(ErrorCode.PARSE_ERROR, OUT_OF_MEMORY_REASON)
+
+
+def _picklable(exc: Exception) -> BaseException:
+    import pickle
+
+    try:
+        pickle.dumps(exc)
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def _limit_resources(memory_limit_bytes: int) -> None:
+    try:
+        import resource
+    except ImportError:  # not POSIX: run without the cap rather than not at all
+        return
+    # No core dumps: a crashing parser on a big PDF would otherwise write gigabytes.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = memory_limit_bytes if hard == resource.RLIM_INFINITY else min(hard, memory_limit_bytes)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+__all__ = ["ParserPool", "estimate_pages"]
