@@ -16,7 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from core.config import Settings, settings_from
 from core.errors import BadInput, IngestDeskError
@@ -307,10 +307,22 @@ COMMANDS: dict[str, Command] = {
 # --------------------------------------------------------------------- parser
 
 
+class UsageError(BadInput):
+    """The command line was not understood."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as BadInput, so ``--json`` callers get
+    one JSON value (and exit code 2) instead of text on stderr."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
 def _common_options(*, top_level: bool) -> argparse.ArgumentParser:
     """Global options, accepted before or after the command. Sub-commands suppress
     their defaults so they do not overwrite a value given before the command."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
 
     def default(value: object) -> object:
         return value if top_level else argparse.SUPPRESS
@@ -330,6 +342,12 @@ def _common_options(*, top_level: bool) -> argparse.ArgumentParser:
         "--actor", default=default(getpass.getuser()), help="who is acting, for the audit log"
     )
     common.add_argument(
+        "--max-upload-mb",
+        type=float,
+        default=default(None),
+        help="refuse uploads larger than this (env INGESTDESK_MAX_UPLOAD_MB; default 100)",
+    )
+    common.add_argument(
         "--synchronous",
         choices=["normal", "full"],
         default=default(None),
@@ -340,15 +358,21 @@ def _common_options(*, top_level: bool) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options(top_level=False)
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ingestdesk",
         description="Document ingestion control room. Without a command, opens the dashboard.",
         parents=[_common_options(top_level=True)],
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_, description=help_, parents=[common])
+        p: argparse.ArgumentParser = sub.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            parents=[common],  # type: ignore[list-item]
+        )
+        return p
 
     for name, help_ in (
         ("upload", "store files as draft documents"),
@@ -401,6 +425,10 @@ def _add_runtime_commands(add: Callable[[str, str], argparse.ArgumentParser]) ->
 
 def _settings(args: argparse.Namespace) -> Settings:
     settings = settings_from(args.db, args.store)
+    if getattr(args, "max_upload_mb", None) is not None:
+        if args.max_upload_mb <= 0:
+            raise BadInput("--max-upload-mb must be positive")
+        settings = settings.with_(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024))
     if getattr(args, "synchronous", None):
         settings = settings.with_(sqlite_synchronous=args.synchronous.upper())
     return settings
@@ -425,7 +453,16 @@ async def run(args: argparse.Namespace, out: Output) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        if "--json" in argv:
+            print(json.dumps({"error": {"kind": "BadInput", "message": exc.message}}))
+        else:
+            parser.print_usage(sys.stderr)
+            print(exc.message, file=sys.stderr)
+        return exc.exit_code
     out = Output(bool(getattr(args, "json", False)))
     if args.command is None:
         args.command = "dashboard"

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from core.errors import BadInput
+
 DEFAULT_HOME = ".ingestdesk"
 DEFAULT_DB_FILE = "ledger.db"
 DEFAULT_STORE_DIR = "objects"
@@ -67,6 +69,13 @@ def settings_from(
         # A bare path is the friendliest spelling of a SQLite ledger.
         db_url = sqlite_url(Path(db))
     store_root = Path(store) if store is not None else base / DEFAULT_STORE_DIR
+    if env.get("INGESTDESK_MAX_UPLOAD_MB") and "max_upload_bytes" not in overrides:
+        try:
+            overrides["max_upload_bytes"] = int(
+                float(env["INGESTDESK_MAX_UPLOAD_MB"]) * 1024 * 1024
+            )
+        except ValueError as exc:
+            raise BadInput("INGESTDESK_MAX_UPLOAD_MB must be a number of megabytes") from exc
     if "INGESTDESK_SYNCHRONOUS" in env and "sqlite_synchronous" not in overrides:
         overrides["sqlite_synchronous"] = env["INGESTDESK_SYNCHRONOUS"].upper()
     return Settings(db_url=db_url, store_root=store_root).with_(**overrides)

@@ -5,15 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidRequestError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from core.config import Settings
 from core.errors import BadInput, LedgerUnavailable, SchemaTooNew
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# The newest migration. Checked against Alembic by a test; lets an up-to-date ledger
+# open without importing Alembic at all (a third of a CLI command's start-up).
+SCHEMA_HEAD = "0002"
 WRITE_OPTION = "ingestdesk_write"
 # Serialises ledger writers on PostgreSQL so revisions commit in the order they are
 # handed out; without it a reader could skip a revision committed late.
@@ -44,19 +47,34 @@ def make_engine(settings: Settings) -> AsyncEngine:
         raise BadInput(f"unsupported ledger backend {backend!r}: use sqlite or postgresql")
     try:
         engine = create_async_engine(url, pool_pre_ping=backend == "postgresql")
-    except (ArgumentError, ImportError) as exc:
+    except (ArgumentError, ImportError, InvalidRequestError) as exc:
+        # e.g. a sync driver (sqlite+pysqlite://) where the ledger needs an async one
         raise BadInput(f"cannot use ledger URL {settings.db_url!r}: {exc}") from exc
     if backend == "sqlite":
         _install_sqlite_hooks(engine, settings)
     return engine
 
 
-def _install_sqlite_hooks(engine: AsyncEngine, settings: Settings) -> None:
+def sqlite_twin(engine: AsyncEngine, settings: Settings) -> Engine:
+    """A synchronous engine on the same SQLite file.
+
+    The ledger runs each SQLite transaction as one function on a worker thread:
+    one thread hop per transaction instead of aiosqlite's hops per statement,
+    which dominated claim latency (measured: 4x fewer cycles/s).
+    """
+    url = engine.url.set(drivername="sqlite+pysqlite")
+    twin = create_engine(url, pool_size=8, max_overflow=8)
+    _install_sqlite_hooks(twin, settings)
+    return twin
+
+
+def _install_sqlite_hooks(engine: AsyncEngine | Engine, settings: Settings) -> None:
     synchronous = settings.sqlite_synchronous.upper()
     if synchronous not in ("NORMAL", "FULL"):
         raise BadInput("sqlite synchronous must be NORMAL or FULL")
+    target = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
 
-    @event.listens_for(engine.sync_engine, "connect")
+    @event.listens_for(target, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take BEGIN out of the driver's hands so writers can BEGIN IMMEDIATE.
         dbapi_connection.isolation_level = None
@@ -67,7 +85,7 @@ def _install_sqlite_hooks(engine: AsyncEngine, settings: Settings) -> None:
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(target, "begin")
     def _on_begin(conn: Connection) -> None:
         # A writer that starts DEFERRED and upgrades later gets SQLITE_BUSY without
         # waiting; taking the write lock up front makes it queue on busy_timeout.
@@ -86,7 +104,23 @@ def _alembic_config(connection: Connection) -> Any:
     return cfg
 
 
+def _current_revision(connection: Connection) -> str | None:
+    try:
+        row = connection.exec_driver_sql("SELECT version_num FROM alembic_version").first()
+    except DBAPIError:
+        return None
+    return None if row is None else str(row[0])
+
+
 def _migrate(connection: Connection) -> None:
+    if connection.dialect.name == "sqlite":
+        has_table = connection.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+        ).first()
+        if has_table and _current_revision(connection) == SCHEMA_HEAD:
+            return
+    elif _has_version_table_pg(connection) and _current_revision(connection) == SCHEMA_HEAD:
+        return
     from alembic import command
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
@@ -103,6 +137,11 @@ def _migrate(connection: Connection) -> None:
             f"understands (latest {script.get_current_head()!r}); upgrade ingestdesk"
         )
     command.upgrade(cfg, "head")
+
+
+def _has_version_table_pg(connection: Connection) -> bool:
+    row = connection.exec_driver_sql("SELECT to_regclass('alembic_version')").first()
+    return row is not None and row[0] is not None
 
 
 async def prepare(engine: AsyncEngine) -> None:

@@ -16,16 +16,17 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     ColumnElement,
     Row,
     Table,
+    bindparam,
     case,
     delete,
     func,
@@ -35,7 +36,8 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core import db
 from core.config import Settings
@@ -61,6 +63,9 @@ CHUNKS = cast(Table, Chunk.__table__)
 OUTBOX = cast(Table, Outbox.__table__)
 WORKERS = cast(Table, WorkerRow.__table__)
 
+T = TypeVar("T")
+
+LEDGER_THREADS = 4  # threads running SQLite transactions (writers still take turns)
 ERROR_DETAIL_MAX = 500  # characters
 NAME_MAX = 255  # characters of a display name
 SHORT_ID_MIN = 4  # characters a task/document id prefix needs to be accepted
@@ -289,6 +294,15 @@ def _held(claim: Claim) -> ColumnElement[bool]:
     )
 
 
+_EVENT_SOURCE_COLUMNS = (
+    TASKS.c.id,
+    TASKS.c.status,
+    TASKS.c.previous_status,
+    TASKS.c.stage,
+    TASKS.c.attempt,
+    TASKS.c.error_code,
+)
+
 _TASK_COLUMNS = (
     TASKS.c.id,
     TASKS.c.document_id,
@@ -311,6 +325,112 @@ _TASK_COLUMNS = (
 )
 
 
+# Hot-path statements are built once with bind parameters: building a statement
+# costs more than executing it (profiled: coercion and cache-key work was ~60% of
+# a claim/complete cycle when statements were built per call).
+_HELD_PARAMS = (
+    (TASKS.c.id == bindparam("p_task_id"))
+    & (TASKS.c.status == TaskStatus.RUNNING.value)
+    & (TASKS.c.attempt == bindparam("p_attempt"))
+    & (TASKS.c.worker_id == bindparam("p_worker_id"))
+)
+_CLAIM_RETURNING = (
+    TASKS.c.id,
+    TASKS.c.document_id,
+    TASKS.c.attempt,
+    TASKS.c.max_attempts,
+    TASKS.c.lease_expires_at,
+    TASKS.c.options,
+    TASKS.c.status,
+    TASKS.c.previous_status,
+    TASKS.c.stage,
+    TASKS.c.error_code,
+    TASKS.c.created_at,
+)
+_CLAIM_SET = update(TASKS).values(
+    status=TaskStatus.RUNNING.value,
+    previous_status=TASKS.c.status,
+    stage=Stage.DOWNLOAD.value,
+    completed=0,
+    total=1,
+    worker_id=bindparam("p_worker_id"),
+    lease_expires_at=bindparam("p_lease_until"),
+    attempt=TASKS.c.attempt + 1,
+    error_code=None,
+    error_detail=None,
+    next_attempt_at=None,
+    progress_at=bindparam("p_now"),
+    updated_at=bindparam("p_now"),
+    revision=_next_revision(),
+)
+CLAIM_ONE = (
+    _CLAIM_SET.where(TASKS.c.id == bindparam("p_task_id"))
+    .where(text("(status = 'queued' OR (status = 'retry_wait' AND next_attempt_at <= :p_now))"))
+    .returning(*_CLAIM_RETURNING)
+)
+
+
+def _claim_next_statement(skip_locked: bool) -> Any:
+    pick = (
+        select(TASKS.c.id)
+        .where(text(CLAIMABLE_SQL))
+        .where(TASKS.c.next_attempt_at <= bindparam("p_now"))
+        .order_by(TASKS.c.next_attempt_at, TASKS.c.id)
+        .limit(bindparam("p_limit"))
+    )
+    if skip_locked:
+        pick = pick.with_for_update(skip_locked=True)
+    return _CLAIM_SET.where(TASKS.c.id.in_(pick.scalar_subquery())).returning(*_CLAIM_RETURNING)
+
+
+CLAIM_NEXT = _claim_next_statement(skip_locked=False)
+CLAIM_NEXT_SKIP_LOCKED = _claim_next_statement(skip_locked=True)
+HEARTBEAT = update(TASKS).where(_HELD_PARAMS).values(lease_expires_at=bindparam("p_lease_until"))
+_PROGRESS_VALUES = {
+    "stage": bindparam("p_stage"),
+    "completed": bindparam("p_completed"),
+    "total": bindparam("p_total"),
+    "progress_at": bindparam("p_now"),
+    "updated_at": bindparam("p_now"),
+    "lease_expires_at": bindparam("p_lease_until"),
+    "revision": _next_revision(),
+}
+PROGRESS = update(TASKS).where(_HELD_PARAMS).values(**_PROGRESS_VALUES)
+PROGRESS_WITH_OPTIONS = (
+    update(TASKS).where(_HELD_PARAMS).values(**_PROGRESS_VALUES, options=bindparam("p_options"))
+)
+COMPLETE = (
+    update(TASKS)
+    .where(_HELD_PARAMS)
+    .values(
+        status=TaskStatus.SUCCEEDED.value,
+        previous_status=TASKS.c.status,
+        stage=Stage.FINALIZING.value,
+        completed=TASKS.c.total,
+        lease_expires_at=None,
+        progress_at=bindparam("p_now"),
+        updated_at=bindparam("p_now"),
+        revision=_next_revision(),
+    )
+    .returning(*_EVENT_SOURCE_COLUMNS)
+)
+MOVE_DOCUMENT = (
+    update(DOCUMENTS)
+    .where(DOCUMENTS.c.id == bindparam("p_document_id"))
+    .where(DOCUMENTS.c.status == bindparam("p_source"))
+    .values(
+        status=bindparam("p_target"),
+        version=DOCUMENTS.c.version + 1,
+        updated_at=bindparam("p_now"),
+    )
+)
+INSERT_EVENTS = insert(EVENTS)
+
+
+def _held_params(claim: Claim) -> dict[str, Any]:
+    return {"p_task_id": claim.task_id, "p_attempt": claim.attempt, "p_worker_id": claim.worker_id}
+
+
 class Ledger:
     """Tasks, documents, chunks and their history on one SQLite file or PostgreSQL
     database. Safe to use from many coroutines: each call is its own transaction."""
@@ -328,8 +448,15 @@ class Ledger:
         self.store = ObjectStore(settings.store_root)
         self.clock = clock
         self._ids = ids
-        self._writer = engine.execution_options(**{db.WRITE_OPTION: True})
         self._postgres = engine.dialect.name == "postgresql"
+        if self._postgres:
+            self.sync_engine = engine.sync_engine
+            self._threads: ThreadPoolExecutor | None = None
+        else:
+            self.sync_engine = db.sqlite_twin(engine, settings)
+            self._threads = ThreadPoolExecutor(LEDGER_THREADS, thread_name_prefix="ledger")
+        self._writer = engine.execution_options(**{db.WRITE_OPTION: True})
+        self._sync_writer = self.sync_engine.execution_options(**{db.WRITE_OPTION: True})
 
     @classmethod
     async def open(
@@ -349,6 +476,9 @@ class Ledger:
         return cls(engine, settings, clock=clock, ids=ids)
 
     async def close(self) -> None:
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+            self.sync_engine.dispose()
         await self.engine.dispose()
 
     async def __aenter__(self) -> Ledger:
@@ -363,25 +493,31 @@ class Ledger:
 
     # ------------------------------------------------------------ transactions
 
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
-        async with self._writer.begin() as conn:
-            if self._postgres:
+    async def _run(self, tx: Callable[[Connection], T], *, write: bool) -> T:
+        """Run one transaction function: on SQLite in one hop to a ledger thread,
+        on PostgreSQL through asyncpg via ``run_sync``. The SQL is the same.
+
+        Reads are short-lived on purpose: an open read transaction pins the WAL
+        and blocks checkpoints, so none is ever held across a sleep.
+        """
+        if self._threads is not None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._threads, self._run_sqlite, tx, write)
+        engine = self._writer if write else self.engine
+        async with engine.begin() as conn:
+            if write:
                 await conn.execute(
                     text("SELECT pg_advisory_xact_lock(:k)"), {"k": db.PG_WRITE_LOCK_KEY}
                 )
-            yield conn
+            return await conn.run_sync(tx)
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[AsyncConnection]:
-        # Short-lived on purpose: an open read transaction pins the WAL and blocks
-        # checkpoints, so never hold one across a sleep.
-        async with self.engine.connect() as conn:
-            yield conn
+    def _run_sqlite(self, tx: Callable[[Connection], T], write: bool) -> T:
+        with (self._sync_writer if write else self.sync_engine).begin() as conn:
+            return tx(conn)
 
-    async def _event(
+    def _event(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         rows: Iterable[Mapping[Any, Any]],
         actor: str,
         reason: str | None = None,
@@ -402,7 +538,7 @@ class Ledger:
             for r in rows
         ]
         if events:
-            await conn.execute(insert(EVENTS), events)
+            conn.execute(INSERT_EVENTS, events)
 
     # ---------------------------------------------------------------- documents
 
@@ -428,9 +564,12 @@ class Ledger:
             "created_at": now,
             "updated_at": now,
         }
-        async with self._write() as conn:
-            await conn.execute(insert(DOCUMENTS), doc)
-        return _document(doc)
+
+        def _tx(conn: Connection) -> Any:
+            conn.execute(insert(DOCUMENTS), doc)
+            return _document(doc)
+
+        return await self._run(_tx, write=True)
 
     def check_upload(self, data: bytes, name: str) -> DocumentKind:
         """Judge an upload without writing anything: its kind, or BadInput saying why not."""
@@ -464,15 +603,17 @@ class Ledger:
         """Create a queued task for a draft document and move it to processing, in
         one transaction. Anything but a draft is a conflict."""
         now = self.clock()
-        async with self._write() as conn:
-            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
+
+        def _tx(conn: Connection) -> Any:
+            nonlocal document_id
+            document_id = self._resolve(conn, DOCUMENTS, document_id, "document")
             cond = (DOCUMENTS.c.id == document_id) & (
                 DOCUMENTS.c.status == DocumentStatus.DRAFT.value
             )
             if expected_version is not None:
                 cond &= DOCUMENTS.c.version == expected_version
             doc = (
-                await conn.execute(
+                conn.execute(
                     update(DOCUMENTS)
                     .where(cond)
                     .values(
@@ -484,7 +625,7 @@ class Ledger:
                 )
             ).first()
             if doc is None:
-                current = await self._document_row(conn, document_id)
+                current = self._document_row(conn, document_id)
                 if expected_version is not None and current.version != expected_version:
                     raise Conflict(
                         f"document {document_id[:8]} changed (version {current.version}, "
@@ -515,13 +656,13 @@ class Ledger:
                 "updated_at": now,
             }
             row = (
-                await conn.execute(
+                conn.execute(
                     insert(TASKS).values(revision=_next_revision()).returning(*_TASK_COLUMNS),
                     task,
                 )
             ).one()
-            await self._event(conn, [task], actor)
-            await conn.execute(
+            self._event(conn, [task], actor)
+            conn.execute(
                 insert(OUTBOX),
                 {
                     "topic": "task.submitted",
@@ -530,7 +671,9 @@ class Ledger:
                     "delivered_at": None,
                 },
             )
-        return _task(row, document_name=doc.filename)
+            return _task(row, document_name=doc.filename)
+
+        return await self._run(_tx, write=True)
 
     async def publish(self, document_id: str, *, actor: str = "system") -> DocumentView:
         """A human approved the chunks: review_pending → published (searchable)."""
@@ -545,10 +688,12 @@ class Ledger:
         self, document_id: str, source: DocumentStatus, target: DocumentStatus, rule: str
     ) -> DocumentView:
         now = self.clock()
-        async with self._write() as conn:
-            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
+
+        def _tx(conn: Connection) -> Any:
+            nonlocal document_id
+            document_id = self._resolve(conn, DOCUMENTS, document_id, "document")
             row = (
-                await conn.execute(
+                conn.execute(
                     update(DOCUMENTS)
                     .where((DOCUMENTS.c.id == document_id) & (DOCUMENTS.c.status == source.value))
                     .values(status=target.value, version=DOCUMENTS.c.version + 1, updated_at=now)
@@ -556,11 +701,12 @@ class Ledger:
                 )
             ).first()
             if row is None:
-                current = await self._document_row(conn, document_id)
+                current = self._document_row(conn, document_id)
                 raise Conflict(f"document {document_id[:8]} is {current.status}; {rule}")
-        return _document(row._mapping)
+            return _document(row._mapping)
 
-    # ------------------------------------------------------------------ claims
+        # ------------------------------------------------------------------ claims
+        return await self._run(_tx, write=True)
 
     async def claim(
         self, task_id: str, worker_id: str, *, lease_s: float | None = None
@@ -568,21 +714,21 @@ class Ledger:
         """Claim one task if it is claimable. None means another worker got it
         first (or it is not claimable): that is an answer, not an error."""
         now = self.clock()
-        claimable = text(
-            "(status = 'queued' OR (status = 'retry_wait' AND next_attempt_at <= :now))"
-        ).bindparams(now=now)
-        async with self._write() as conn:
-            rows = (
-                await conn.execute(
-                    self._claim_update(worker_id, now, lease_s)
-                    .where(TASKS.c.id == task_id)
-                    .where(claimable)
-                )
-            ).all()
+        params = {
+            "p_task_id": task_id,
+            "p_worker_id": worker_id,
+            "p_now": now,
+            "p_lease_until": now + self._lease(lease_s),
+        }
+
+        def _tx(conn: Connection) -> Any:
+            rows = conn.execute(CLAIM_ONE, params).all()
             if len(rows) > 1:
                 raise ClaimBug(f"claim of {task_id} matched {len(rows)} rows")
-            await self._event(conn, [r._mapping for r in rows], worker_id)
-        return _claim(rows[0], worker_id, self._lease(lease_s)) if rows else None
+            self._event(conn, [r._mapping for r in rows], worker_id)
+            return _claim(rows[0], worker_id, self._lease(lease_s)) if rows else None
+
+        return await self._run(_tx, write=True)
 
     async def claim_next(
         self, worker_id: str, *, limit: int = 1, lease_s: float | None = None
@@ -592,65 +738,25 @@ class Ledger:
         if limit < 1:
             raise BadInput("limit must be at least 1")
         now = self.clock()
-        pick = (
-            select(TASKS.c.id)
-            .where(text(CLAIMABLE_SQL))
-            .where(TASKS.c.next_attempt_at <= now)
-            .order_by(TASKS.c.next_attempt_at, TASKS.c.id)
-            .limit(limit)
-        )
-        if self._postgres:
-            pick = pick.with_for_update(skip_locked=True)
-        async with self._write() as conn:
-            rows = (
-                await conn.execute(
-                    self._claim_update(worker_id, now, lease_s).where(
-                        TASKS.c.id.in_(pick.scalar_subquery())
-                    )
-                )
-            ).all()
-            await self._event(conn, [r._mapping for r in rows], worker_id)
-        # RETURNING order is unspecified on PostgreSQL; hand claims out oldest first.
-        ordered = sorted(rows, key=lambda r: (r.created_at, r.id))
-        return [_claim(r, worker_id, self._lease(lease_s)) for r in ordered]
+        statement = CLAIM_NEXT_SKIP_LOCKED if self._postgres else CLAIM_NEXT
+        params = {
+            "p_worker_id": worker_id,
+            "p_now": now,
+            "p_lease_until": now + self._lease(lease_s),
+            "p_limit": limit,
+        }
+
+        def _tx(conn: Connection) -> Any:
+            rows = conn.execute(statement, params).all()
+            self._event(conn, [r._mapping for r in rows], worker_id)
+            # RETURNING order is unspecified on PostgreSQL; hand claims out oldest first.
+            ordered = sorted(rows, key=lambda r: (r.created_at, r.id))
+            return [_claim(r, worker_id, self._lease(lease_s)) for r in ordered]
+
+        return await self._run(_tx, write=True)
 
     def _lease(self, lease_s: float | None) -> float:
         return self.settings.lease_s if lease_s is None else lease_s
-
-    def _claim_update(self, worker_id: str, now: float, lease_s: float | None) -> Any:
-        lease = self._lease(lease_s)
-        return (
-            update(TASKS)
-            .values(
-                status=TaskStatus.RUNNING.value,
-                previous_status=TASKS.c.status,
-                stage=Stage.DOWNLOAD.value,
-                completed=0,
-                total=1,
-                worker_id=worker_id,
-                lease_expires_at=now + lease,
-                attempt=TASKS.c.attempt + 1,
-                error_code=None,
-                error_detail=None,
-                next_attempt_at=None,
-                progress_at=now,
-                updated_at=now,
-                revision=_next_revision(),
-            )
-            .returning(
-                TASKS.c.id,
-                TASKS.c.document_id,
-                TASKS.c.attempt,
-                TASKS.c.max_attempts,
-                TASKS.c.lease_expires_at,
-                TASKS.c.options,
-                TASKS.c.status,
-                TASKS.c.previous_status,
-                TASKS.c.stage,
-                TASKS.c.error_code,
-                TASKS.c.created_at,
-            )
-        )
 
     # ------------------------------------------------------- worker-side writes
 
@@ -659,11 +765,13 @@ class Ledger:
         stop without writing anything else."""
         now = self.clock()
         lease = claim.lease_s if lease_s is None else lease_s
-        async with self._write() as conn:
-            result = await conn.execute(
-                update(TASKS).where(_held(claim)).values(lease_expires_at=now + lease)
-            )
-        return bool(result.rowcount)
+
+        params = _held_params(claim) | {"p_lease_until": now + lease}
+
+        def _tx(conn: Connection) -> Any:
+            return bool(conn.execute(HEARTBEAT, params).rowcount)
+
+        return await self._run(_tx, write=True)
 
     async def report_progress(
         self,
@@ -679,28 +787,31 @@ class Ledger:
         running task is heard; for anyone else this is a no-op returning False."""
         now = self.clock()
         lease = claim.lease_s if lease_s is None else lease_s
-        values: dict[str, Any] = {
-            "stage": Stage(stage).value,
-            "completed": completed,
-            "total": total,
-            "progress_at": now,
-            "updated_at": now,
-            "lease_expires_at": now + lease,
-            "revision": _next_revision(),
+        params = _held_params(claim) | {
+            "p_stage": Stage(stage).value,
+            "p_completed": completed,
+            "p_total": total,
+            "p_now": now,
+            "p_lease_until": now + lease,
         }
+        statement = PROGRESS
         if options is not None:
-            values["options"] = json.dumps(dict(options), sort_keys=True)
-        async with self._write() as conn:
-            result = await conn.execute(update(TASKS).where(_held(claim)).values(**values))
-        return bool(result.rowcount)
+            params["p_options"] = json.dumps(dict(options), sort_keys=True)
+            statement = PROGRESS_WITH_OPTIONS
+
+        def _tx(conn: Connection) -> Any:
+            return bool(conn.execute(statement, params).rowcount)
+
+        return await self._run(_tx, write=True)
 
     async def replace_chunks(self, claim: Claim, chunks: Sequence[ChunkRecord]) -> bool:
         """Replace the document's chunks in one transaction (delete old, insert
         new), fenced on the claim: a worker that lost its task writes nothing."""
         now = self.clock()
-        async with self._write() as conn:
+
+        def _tx(conn: Connection) -> Any:
             held = (
-                await conn.execute(
+                conn.execute(
                     update(TASKS)
                     .where(_held(claim))
                     .values(
@@ -716,9 +827,9 @@ class Ledger:
             ).first()
             if held is None:
                 return False
-            await conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id == claim.document_id))
+            conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id == claim.document_id))
             if chunks:
-                await conn.execute(
+                conn.execute(
                     insert(CHUNKS),
                     [
                         {
@@ -733,37 +844,28 @@ class Ledger:
                         for c in chunks
                     ],
                 )
-        return True
+            return True
+
+        return await self._run(_tx, write=True)
 
     async def complete(self, claim: Claim) -> bool:
         """Finalize: task → succeeded, document → review_pending, in one transaction.
         False (and nothing written) if the worker no longer holds the task."""
         now = self.clock()
-        async with self._write() as conn:
-            row = (
-                await conn.execute(
-                    update(TASKS)
-                    .where(_held(claim))
-                    .values(
-                        status=TaskStatus.SUCCEEDED.value,
-                        previous_status=TASKS.c.status,
-                        stage=Stage.FINALIZING.value,
-                        completed=TASKS.c.total,
-                        lease_expires_at=None,
-                        progress_at=now,
-                        updated_at=now,
-                        revision=_next_revision(),
-                    )
-                    .returning(*_EVENT_SOURCE)
-                )
-            ).first()
+
+        params = _held_params(claim) | {"p_now": now}
+
+        def _tx(conn: Connection) -> Any:
+            row = conn.execute(COMPLETE, params).first()
             if row is None:
                 return False
-            await self._move_document(
+            self._move_document(
                 conn, claim.document_id, DocumentStatus.PROCESSING, DocumentStatus.REVIEW_PENDING
             )
-            await self._event(conn, [row._mapping], claim.worker_id)
-        return True
+            self._event(conn, [row._mapping], claim.worker_id)
+            return True
+
+        return await self._run(_tx, write=True)
 
     async def fail(
         self, claim: Claim, error_code: ErrorCode, detail: str | None = None
@@ -790,29 +892,33 @@ class Ledger:
             values["next_attempt_at"] = now + self.backoff_s(claim.attempt)
         else:
             values["status"] = TaskStatus.FAILED.value
-        async with self._write() as conn:
+
+        def _tx(conn: Connection) -> Any:
             row = (
-                await conn.execute(
+                conn.execute(
                     update(TASKS).where(_held(claim)).values(**values).returning(*_TASK_COLUMNS)
                 )
             ).first()
             if row is None:
                 return None
             if not retry:
-                await self._move_document(
+                self._move_document(
                     conn, claim.document_id, DocumentStatus.PROCESSING, DocumentStatus.FAILED
                 )
             mapping = dict(row._mapping)
             mapping["previous_status"] = TaskStatus.RUNNING.value
-            await self._event(conn, [mapping], claim.worker_id)
-        return _task(row)
+            self._event(conn, [mapping], claim.worker_id)
+            return _task(row)
+
+        return await self._run(_tx, write=True)
 
     async def hand_back(self, claim: Claim) -> bool:
         """Give a held task back (worker shutting down): claimable again at once."""
         now = self.clock()
-        async with self._write() as conn:
+
+        def _tx(conn: Connection) -> Any:
             row = (
-                await conn.execute(
+                conn.execute(
                     update(TASKS)
                     .where(_held(claim))
                     .values(
@@ -823,13 +929,15 @@ class Ledger:
                         updated_at=now,
                         revision=_next_revision(),
                     )
-                    .returning(*_EVENT_SOURCE)
+                    .returning(*_EVENT_SOURCE_COLUMNS)
                 )
             ).first()
             if row is None:
                 return False
-            await self._event(conn, [row._mapping], claim.worker_id, "handed back on shutdown")
-        return True
+            self._event(conn, [row._mapping], claim.worker_id, "handed back on shutdown")
+            return True
+
+        return await self._run(_tx, write=True)
 
     def backoff_s(self, attempt: int) -> float:
         """Seconds to wait before the next automatic attempt: exponential, capped,
@@ -845,9 +953,10 @@ class Ledger:
         while attempts remain, else failed with lease_expired."""
         now = self.clock()
         exhausted = TASKS.c.attempt >= TASKS.c.max_attempts
-        async with self._write() as conn:
+
+        def _tx(conn: Connection) -> Any:
             rows = (
-                await conn.execute(
+                conn.execute(
                     update(TASKS)
                     .where(text("status = 'running'"))
                     .where(TASKS.c.lease_expires_at < now)
@@ -864,12 +973,12 @@ class Ledger:
                         updated_at=now,
                         revision=_next_revision(),
                     )
-                    .returning(*_EVENT_SOURCE, TASKS.c.document_id)
+                    .returning(*_EVENT_SOURCE_COLUMNS, TASKS.c.document_id)
                 )
             ).all()
             failed_docs = [r.document_id for r in rows if r.status == TaskStatus.FAILED.value]
             if failed_docs:
-                await conn.execute(
+                conn.execute(
                     update(DOCUMENTS)
                     .where(DOCUMENTS.c.id.in_(failed_docs))
                     .where(DOCUMENTS.c.status == DocumentStatus.PROCESSING.value)
@@ -879,10 +988,11 @@ class Ledger:
                         updated_at=now,
                     )
                 )
-            await self._event(conn, [r._mapping for r in rows], "reaper", "lease expired")
-        return [Reaped(r.id, TaskStatus(r.status), r.attempt) for r in rows]
+            self._event(conn, [r._mapping for r in rows], "reaper", "lease expired")
+            return [Reaped(r.id, TaskStatus(r.status), r.attempt) for r in rows]
 
-    # --------------------------------------------------------- operator actions
+        # --------------------------------------------------------- operator actions
+        return await self._run(_tx, write=True)
 
     async def cancel(
         self, task_id: str, *, actor: str = "system", reason: str | None = None
@@ -890,10 +1000,12 @@ class Ledger:
         """Cancel a queued, running or retry_wait task; its document returns to draft
         and loses any chunks a running attempt already wrote."""
         now = self.clock()
-        async with self._write() as conn:
-            task_id = await self._resolve(conn, TASKS, task_id, "task")
+
+        def _tx(conn: Connection) -> Any:
+            nonlocal task_id
+            task_id = self._resolve(conn, TASKS, task_id, "task")
             row = (
-                await conn.execute(
+                conn.execute(
                     update(TASKS)
                     .where(TASKS.c.id == task_id)
                     .where(text("status IN ('queued', 'running', 'retry_wait')"))
@@ -909,18 +1021,20 @@ class Ledger:
                 )
             ).first()
             if row is None:
-                current = await self._task_row(conn, task_id)
+                current = self._task_row(conn, task_id)
                 allowed = ", ".join(sorted(s.value for s in CANCELLABLE))
                 raise Conflict(
                     f"task {task_id[:8]} is {current.status}; only {allowed} tasks can be cancelled"
                 )
-            await self._move_document(
+            self._move_document(
                 conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT
             )
             # A draft never keeps a half-built index from the abandoned run.
-            await conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id == row.document_id))
-            await self._event(conn, [row._mapping], actor, reason)
-        return _task(row)
+            conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id == row.document_id))
+            self._event(conn, [row._mapping], actor, reason)
+            return _task(row)
+
+        return await self._run(_tx, write=True)
 
     async def retry(
         self, task_id: str, *, actor: str = "system", reason: str | None = None
@@ -928,8 +1042,10 @@ class Ledger:
         """Requeue a failed task (same row) when its document is failed too. The
         attempt counter is left alone; the next claim increments it."""
         now = self.clock()
-        async with self._write() as conn:
-            task_id = await self._resolve(conn, TASKS, task_id, "task")
+
+        def _tx(conn: Connection) -> Any:
+            nonlocal task_id
+            task_id = self._resolve(conn, TASKS, task_id, "task")
             doc_failed = (
                 select(DOCUMENTS.c.id)
                 .where(DOCUMENTS.c.id == TASKS.c.document_id)
@@ -937,7 +1053,7 @@ class Ledger:
                 .exists()
             )
             row = (
-                await conn.execute(
+                conn.execute(
                     update(TASKS)
                     .where(TASKS.c.id == task_id)
                     .where(TASKS.c.status == TaskStatus.FAILED.value)
@@ -961,42 +1077,48 @@ class Ledger:
                 )
             ).first()
             if row is None:
-                current = await self._task_row(conn, task_id)
-                raise Conflict(await self._why_not_retry(conn, current))
-            await self._move_document(
+                current = self._task_row(conn, task_id)
+                raise Conflict(self._why_not_retry(conn, current))
+            self._move_document(
                 conn, row.document_id, DocumentStatus.FAILED, DocumentStatus.PROCESSING
             )
-            await self._event(conn, [row._mapping], actor, reason)
-        return _task(row)
+            self._event(conn, [row._mapping], actor, reason)
+            return _task(row)
 
-    async def _why_not_retry(self, conn: AsyncConnection, task: Row[Any]) -> str:
+        return await self._run(_tx, write=True)
+
+    def _why_not_retry(self, conn: Connection, task: Row[Any]) -> str:
         short = task.id[:8]
         if task.status == TaskStatus.CANCELLED.value:
             return f"task {short} was cancelled; submit the document again instead of retrying"
         if task.status != TaskStatus.FAILED.value:
             return f"task {short} is {task.status}; only failed tasks can be retried"
         doc = (
-            await conn.execute(select(DOCUMENTS.c.status).where(DOCUMENTS.c.id == task.document_id))
+            conn.execute(select(DOCUMENTS.c.status).where(DOCUMENTS.c.id == task.document_id))
         ).first()
         if doc is None:
             return f"task {short}'s document no longer exists; upload it again"
         return f"task {short}'s document is {doc.status}, not failed; it cannot be retried"
 
-    async def _move_document(
+    def _move_document(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         document_id: str,
         source: DocumentStatus,
         target: DocumentStatus,
     ) -> None:
-        result = await conn.execute(
-            update(DOCUMENTS)
-            .where((DOCUMENTS.c.id == document_id) & (DOCUMENTS.c.status == source.value))
-            .values(status=target.value, version=DOCUMENTS.c.version + 1, updated_at=self.clock())
+        result = conn.execute(
+            MOVE_DOCUMENT,
+            {
+                "p_document_id": document_id,
+                "p_source": source.value,
+                "p_target": target.value,
+                "p_now": self.clock(),
+            },
         )
         if result.rowcount != 1:
             gone = (
-                await conn.execute(select(DOCUMENTS.c.id).where(DOCUMENTS.c.id == document_id))
+                conn.execute(select(DOCUMENTS.c.id).where(DOCUMENTS.c.id == document_id))
             ).first() is None
             if gone:
                 # A task outlives its deleted document (document_not_found): there
@@ -1010,7 +1132,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ lookups
 
-    async def _resolve(self, conn: AsyncConnection, table: Any, ident: str, what: str) -> str:
+    def _resolve(self, conn: Connection, table: Any, ident: str, what: str) -> str:
         """Accept a full id or a unique prefix (as the dashboard shows them)."""
         ident = ident.strip().lower()
         if not re.fullmatch(rf"[0-9a-f]{{{SHORT_ID_MIN},32}}", ident):
@@ -1018,12 +1140,12 @@ class Ledger:
                 f"no {what} {ident!r} (ids are hexadecimal, at least {SHORT_ID_MIN} characters)"
             )
         if len(ident) == 32:
-            found = (await conn.execute(select(table.c.id).where(table.c.id == ident))).first()
+            found = (conn.execute(select(table.c.id).where(table.c.id == ident))).first()
             if found is None:
                 raise NotFound(f"no {what} {ident}")
             return ident
         matches = (
-            await conn.execute(
+            conn.execute(
                 select(table.c.id)
                 .where(table.c.id >= ident)
                 .where(table.c.id < ident + "g")
@@ -1036,14 +1158,14 @@ class Ledger:
             raise BadInput(f"{what} id {ident} is ambiguous; give more characters")
         return str(matches[0].id)
 
-    async def _task_row(self, conn: AsyncConnection, task_id: str) -> Row[Any]:
-        row = (await conn.execute(select(TASKS).where(TASKS.c.id == task_id))).first()
+    def _task_row(self, conn: Connection, task_id: str) -> Row[Any]:
+        row = (conn.execute(select(TASKS).where(TASKS.c.id == task_id))).first()
         if row is None:
             raise NotFound(f"no task {task_id}")
         return row
 
-    async def _document_row(self, conn: AsyncConnection, document_id: str) -> Row[Any]:
-        row = (await conn.execute(select(DOCUMENTS).where(DOCUMENTS.c.id == document_id))).first()
+    def _document_row(self, conn: Connection, document_id: str) -> Row[Any]:
+        row = (conn.execute(select(DOCUMENTS).where(DOCUMENTS.c.id == document_id))).first()
         if row is None:
             raise NotFound(f"no document {document_id}")
         return row
@@ -1062,10 +1184,13 @@ class Ledger:
         return _task(row, document_name=row.filename, stalled=stalled)
 
     async def get_task(self, task_id: str) -> TaskView:
-        async with self._read() as conn:
-            task_id = await self._resolve(conn, TASKS, task_id, "task")
-            row = (await conn.execute(self._task_query().where(TASKS.c.id == task_id))).one()
-        return self._view(row, self.clock())
+        def _tx(conn: Connection) -> Any:
+            nonlocal task_id
+            task_id = self._resolve(conn, TASKS, task_id, "task")
+            row = (conn.execute(self._task_query().where(TASKS.c.id == task_id))).one()
+            return self._view(row, self.clock())
+
+        return await self._run(_tx, write=False)
 
     async def list_tasks(
         self,
@@ -1090,10 +1215,13 @@ class Ledger:
         query = query.order_by(TASKS.c.created_at.desc(), TASKS.c.id.desc()).offset(offset)
         if limit is not None:
             query = query.limit(limit)
-        async with self._read() as conn:
-            rows = (await conn.execute(query)).all()
-        now = self.clock()
-        return [self._view(r, now) for r in rows]
+
+        def _tx(conn: Connection) -> Any:
+            rows = (conn.execute(query)).all()
+            now = self.clock()
+            return [self._view(r, now) for r in rows]
+
+        return await self._run(_tx, write=False)
 
     async def count_tasks(self, filter: TaskFilter | None = None) -> int:
         """How many tasks match a filter (all of them, not just a page)."""
@@ -1102,8 +1230,11 @@ class Ledger:
         )
         if filter:
             query = query.where(*(_term_clause(t) for t in filter.terms))
-        async with self._read() as conn:
-            return int((await conn.execute(query)).scalar() or 0)
+
+        def _tx(conn: Connection) -> Any:
+            return int((conn.execute(query)).scalar() or 0)
+
+        return await self._run(_tx, write=False)
 
     async def bulk_cancel(
         self,
@@ -1188,56 +1319,68 @@ class Ledger:
             .order_by(TASKS.c.revision)
             .limit(limit)
         )
-        async with self._read() as conn:
-            rows = (await conn.execute(query)).all()
-        now = self.clock()
-        return [self._view(r, now) for r in rows]
+
+        def _tx(conn: Connection) -> Any:
+            rows = (conn.execute(query)).all()
+            now = self.clock()
+            return [self._view(r, now) for r in rows]
+
+        return await self._run(_tx, write=False)
 
     async def revision(self) -> int:
-        async with self._read() as conn:
-            value = (await conn.execute(select(func.max(TASKS.c.revision)))).scalar()
-        return int(value or 0)
+        def _tx(conn: Connection) -> Any:
+            value = (conn.execute(select(func.max(TASKS.c.revision)))).scalar()
+            return int(value or 0)
+
+        return await self._run(_tx, write=False)
 
     async def task_history(self, task_id: str) -> list[TaskEventView]:
-        async with self._read() as conn:
-            task_id = await self._resolve(conn, TASKS, task_id, "task")
+        def _tx(conn: Connection) -> Any:
+            nonlocal task_id
+            task_id = self._resolve(conn, TASKS, task_id, "task")
             rows = (
-                await conn.execute(
+                conn.execute(
                     select(EVENTS).where(EVENTS.c.task_id == task_id).order_by(EVENTS.c.id)
                 )
             ).all()
-        return [
-            TaskEventView(
-                event_id=r.id,
-                task_id=r.task_id,
-                at=r.at,
-                actor=r.actor,
-                from_status=TaskStatus(r.from_status) if r.from_status else None,
-                to_status=TaskStatus(r.to_status),
-                stage=Stage(r.stage),
-                attempt=r.attempt,
-                error_code=ErrorCode(r.error_code) if r.error_code else None,
-                reason=r.reason,
-            )
-            for r in rows
-        ]
+            return [
+                TaskEventView(
+                    event_id=r.id,
+                    task_id=r.task_id,
+                    at=r.at,
+                    actor=r.actor,
+                    from_status=TaskStatus(r.from_status) if r.from_status else None,
+                    to_status=TaskStatus(r.to_status),
+                    stage=Stage(r.stage),
+                    attempt=r.attempt,
+                    error_code=ErrorCode(r.error_code) if r.error_code else None,
+                    reason=r.reason,
+                )
+                for r in rows
+            ]
+
+        return await self._run(_tx, write=False)
 
     async def counts(self) -> dict[TaskStatus, int]:
         """Number of tasks in each status (every status present, zeros included)."""
-        async with self._read() as conn:
+
+        def _tx(conn: Connection) -> Any:
             rows = (
-                await conn.execute(select(TASKS.c.status, func.count()).group_by(TASKS.c.status))
+                conn.execute(select(TASKS.c.status, func.count()).group_by(TASKS.c.status))
             ).all()
-        out = dict.fromkeys(TaskStatus, 0)
-        for status, n in rows:
-            out[TaskStatus(status)] = n
-        return out
+            out = dict.fromkeys(TaskStatus, 0)
+            for status, n in rows:
+                out[TaskStatus(status)] = n
+            return out
+
+        return await self._run(_tx, write=False)
 
     async def failure_groups(self) -> list[FailureGroup]:
         """Failed tasks grouped by error code then stage, largest group first."""
-        async with self._read() as conn:
+
+        def _tx(conn: Connection) -> Any:
             rows = (
-                await conn.execute(
+                conn.execute(
                     select(
                         TASKS.c.error_code,
                         TASKS.c.stage,
@@ -1250,16 +1393,23 @@ class Ledger:
                     .order_by(func.count().desc(), TASKS.c.error_code)
                 )
             ).all()
-        return [
-            FailureGroup(ErrorCode(code or ErrorCode.INTERNAL_ERROR), Stage(stage), n, first, last)
-            for code, stage, n, first, last in rows
-        ]
+            return [
+                FailureGroup(
+                    ErrorCode(code or ErrorCode.INTERNAL_ERROR), Stage(stage), n, first, last
+                )
+                for code, stage, n, first, last in rows
+            ]
+
+        return await self._run(_tx, write=False)
 
     async def get_document(self, document_id: str) -> DocumentView:
-        async with self._read() as conn:
-            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
-            row = await self._document_row(conn, document_id)
-        return _document(row._mapping)
+        def _tx(conn: Connection) -> Any:
+            nonlocal document_id
+            document_id = self._resolve(conn, DOCUMENTS, document_id, "document")
+            row = self._document_row(conn, document_id)
+            return _document(row._mapping)
+
+        return await self._run(_tx, write=False)
 
     async def list_documents(
         self, *, status: DocumentStatus | str | None = None, limit: int | None = 1000
@@ -1269,19 +1419,27 @@ class Ledger:
             query = query.where(DOCUMENTS.c.status == DocumentStatus(status).value)
         if limit is not None:
             query = query.limit(limit)
-        async with self._read() as conn:
-            rows = (await conn.execute(query)).all()
-        return [_document(r._mapping) for r in rows]
+
+        def _tx(conn: Connection) -> Any:
+            rows = (conn.execute(query)).all()
+            return [_document(r._mapping) for r in rows]
+
+        return await self._run(_tx, write=False)
 
     async def delete_document(self, document_id: str) -> None:
         """Remove a document row and its chunks (its tasks keep their history)."""
-        async with self._write() as conn:
-            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
-            await conn.execute(delete(DOCUMENTS).where(DOCUMENTS.c.id == document_id))
+
+        def _tx(conn: Connection) -> Any:
+            nonlocal document_id
+            document_id = self._resolve(conn, DOCUMENTS, document_id, "document")
+            conn.execute(delete(DOCUMENTS).where(DOCUMENTS.c.id == document_id))
+
+        return await self._run(_tx, write=True)
 
     async def chunks(self, document_id: str, *, limit: int | None = None) -> list[ChunkView]:
-        async with self._read() as conn:
-            document_id = await self._resolve(conn, DOCUMENTS, document_id, "document")
+        def _tx(conn: Connection) -> Any:
+            nonlocal document_id
+            document_id = self._resolve(conn, DOCUMENTS, document_id, "document")
             query = (
                 select(
                     CHUNKS.c.ordinal,
@@ -1295,11 +1453,13 @@ class Ledger:
             )
             if limit is not None:
                 query = query.limit(limit)
-            rows = (await conn.execute(query)).all()
-        return [
-            ChunkView(document_id, r.ordinal, r.text, r.page, r.char_start, r.char_end)
-            for r in rows
-        ]
+            rows = (conn.execute(query)).all()
+            return [
+                ChunkView(document_id, r.ordinal, r.text, r.page, r.char_start, r.char_end)
+                for r in rows
+            ]
+
+        return await self._run(_tx, write=False)
 
     async def search(
         self, query: str, *, limit: int = 20, include_unpublished: bool = False
@@ -1344,11 +1504,13 @@ class Ledger:
             )
         if not include_unpublished:
             stmt = stmt.where(visible)
-        async with self._read() as conn:
-            rows = (await conn.execute(stmt.limit(limit))).all()
-        return [SearchHit(r.document_id, r.filename, r.ordinal, r.page, r.text) for r in rows]
 
-    # ------------------------------------------------------------------ workers
+        def _tx(conn: Connection) -> Any:
+            rows = (conn.execute(stmt.limit(limit))).all()
+            return [SearchHit(r.document_id, r.filename, r.ordinal, r.page, r.text) for r in rows]
+
+        # ------------------------------------------------------------------ workers
+        return await self._run(_tx, write=False)
 
     async def register_worker(self, worker_id: str) -> None:
         """Record a worker (id, host, pid) so others can see it alive or vanished."""
@@ -1360,47 +1522,46 @@ class Ledger:
             "heartbeat_at": now,
             "stopped_at": None,
         }
-        async with self._write() as conn:
-            updated = await conn.execute(
+
+        def _tx(conn: Connection) -> Any:
+            updated = conn.execute(
                 update(WORKERS).where(WORKERS.c.id == worker_id).values(**values)
             )
             if not updated.rowcount:
-                await conn.execute(insert(WORKERS).values(id=worker_id, **values))
+                conn.execute(insert(WORKERS).values(id=worker_id, **values))
+
+        return await self._run(_tx, write=True)
 
     async def worker_heartbeat(self, worker_id: str, *, stopped: bool = False) -> None:
         now = self.clock()
         values: dict[str, Any] = {"heartbeat_at": now}
         if stopped:
             values["stopped_at"] = now
-        async with self._write() as conn:
-            await conn.execute(update(WORKERS).where(WORKERS.c.id == worker_id).values(**values))
+
+        def _tx(conn: Connection) -> Any:
+            conn.execute(update(WORKERS).where(WORKERS.c.id == worker_id).values(**values))
+
+        return await self._run(_tx, write=True)
 
     async def list_workers(self) -> list[WorkerView]:
         now = self.clock()
-        async with self._read() as conn:
-            rows = (await conn.execute(select(WORKERS).order_by(WORKERS.c.id))).all()
-        return [
-            WorkerView(
-                worker_id=r.id,
-                host=r.host,
-                pid=r.pid,
-                started_at=r.started_at,
-                heartbeat_at=r.heartbeat_at,
-                stopped_at=r.stopped_at,
-                alive=r.stopped_at is None and now - r.heartbeat_at < WORKER_GONE_AFTER_S,
-            )
-            for r in rows
-        ]
 
+        def _tx(conn: Connection) -> Any:
+            rows = (conn.execute(select(WORKERS).order_by(WORKERS.c.id))).all()
+            return [
+                WorkerView(
+                    worker_id=r.id,
+                    host=r.host,
+                    pid=r.pid,
+                    started_at=r.started_at,
+                    heartbeat_at=r.heartbeat_at,
+                    stopped_at=r.stopped_at,
+                    alive=r.stopped_at is None and now - r.heartbeat_at < WORKER_GONE_AFTER_S,
+                )
+                for r in rows
+            ]
 
-_EVENT_SOURCE = (
-    TASKS.c.id,
-    TASKS.c.status,
-    TASKS.c.previous_status,
-    TASKS.c.stage,
-    TASKS.c.attempt,
-    TASKS.c.error_code,
-)
+        return await self._run(_tx, write=False)
 
 
 def _term_clause(term: Term) -> ColumnElement[bool]:

@@ -45,6 +45,17 @@ async def test_opening_an_older_ledger_upgrades_it(tmp_path: Path) -> None:
         assert raw.execute("SELECT name FROM sqlite_master WHERE name='chunks_fts'").fetchall()
 
 
+def test_schema_head_constant_matches_the_migrations() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from core.db import SCHEMA_HEAD
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    assert ScriptDirectory.from_config(cfg).get_current_head() == SCHEMA_HEAD
+
+
 async def test_opening_a_newer_ledger_is_refused_clearly(tmp_path: Path) -> None:
     ledger = await Ledger.open(_settings(tmp_path))
     await ledger.close()
@@ -84,7 +95,7 @@ async def test_claim_next_uses_the_partial_index(tmp_path: Path) -> None:
 
     from sqlalchemy import event
 
-    @event.listens_for(ledger.engine.sync_engine, "before_cursor_execute")
+    @event.listens_for(ledger.sync_engine, "before_cursor_execute")
     def _capture(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
         if statement.lstrip().upper().startswith("UPDATE INGESTION_TASKS"):
             statements.append((statement, tuple(params)))
