@@ -692,3 +692,19 @@ async def test_closed_pool_refuses_work() -> None:
     assert pool.child_pids == ()
     with pytest.raises(RuntimeError, match="closed"):
         await pool.parse(b"twice", "text")
+
+
+@pytest.mark.parametrize("algorithm", ["AES-128", "AES-256"])
+def test_aes_encrypted_pdf_with_an_empty_password_parses(algorithm: str) -> None:
+    """Most modern encrypted PDFs use AES, which pypdf decrypts only with the
+    cryptography package (the pypdf[crypto] dependency)."""
+    import io
+
+    from pypdf import PdfWriter
+
+    writer = PdfWriter(clone_from=io.BytesIO(hostile.make_pdf(["Quarterly secrets"])))
+    writer.encrypt(user_password="", owner_password="owner", algorithm=algorithm)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    parsed = parse_document(buffer.getvalue(), DocumentKind.PDF)
+    assert "Quarterly secrets" in parsed.chunks[0].text
