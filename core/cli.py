@@ -26,6 +26,7 @@ from core.states import ERRORS, DocumentStatus, ErrorCode, TaskStatus
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
+DEMO_DIR = "ingestdesk-demo"
 
 
 class CliExit(Exception):
@@ -411,7 +412,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20)
     add("errors", "the error codes, what they mean and what to do")
     _add_runtime_commands(add)
+    for p in (parser, add("dashboard", "open the dashboard on the ledger")):
+        _add_dashboard_options(p, top_level=p is parser)
+    p = add("demo", "build a demo ledger with a generated corpus and open the dashboard on it")
+    p.add_argument("directory", nargs="?", default=DEMO_DIR, help=f"where (default ./{DEMO_DIR})")
+    _add_dashboard_options(p, top_level=False)
+    add("race", "two workers race for one task, side by side")
     return parser
+
+
+def _add_dashboard_options(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
+    suppress = {} if top_level else {"default": argparse.SUPPRESS}
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="in-process worker coroutines (default 2; 0 = watch only)",
+        **({"default": 2} if top_level else suppress),  # type: ignore[arg-type]
+    )
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        help="hide and refuse every action that changes the ledger",
+        **({"default": False} if top_level else suppress),  # type: ignore[arg-type]
+    )
 
 
 def _add_runtime_commands(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
@@ -451,6 +474,30 @@ async def run(args: argparse.Namespace, out: Output) -> None:
         await ledger.close()
 
 
+def _run_dashboard(args: argparse.Namespace) -> int:
+    """The long-running screens live in tui/, imported only when asked for, so the
+    rest of the CLI starts without Textual."""
+    from tui.app import run_dashboard, run_race
+
+    if args.workers < 0:
+        raise BadInput("--workers must be 0 or more")
+    if args.command == "demo":
+        from core.demo import DEMO_DB_FILE, build_demo, demo_settings
+
+        directory = Path(args.directory)
+        if (directory / DEMO_DB_FILE).exists():
+            print(f"reopening the demo ledger in {directory} (delete it for a fresh one)")
+            settings = demo_settings(directory)
+        else:
+            print(f"building a demo ledger in {directory} ...", flush=True)
+            settings = build_demo(directory)
+        return run_dashboard(settings, workers=args.workers or 2, read_only=args.read_only)
+    settings = _settings(args)
+    if args.command == "race":
+        return run_race(settings)
+    return run_dashboard(settings, workers=args.workers, read_only=args.read_only)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -467,8 +514,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         args.command = "dashboard"
     if args.command in ("dashboard", "demo", "race"):
-        print("the dashboard is not built yet", file=sys.stderr)
-        return EXIT_UNEXPECTED
+        try:
+            return _run_dashboard(args)
+        except IngestDeskError as exc:
+            print(f"ingestdesk: {exc.message}", file=sys.stderr)
+            return exc.exit_code
     try:
         asyncio.run(run(args, out))
     except IngestDeskError as exc:
