@@ -18,6 +18,7 @@ from core.states import ErrorCode, Stage
 
 EMBED_BATCH = 64  # chunks per embedder call
 PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes within a stage
+ESTIMATE_INLINE_MAX_BYTES = 1 << 20  # bytes; larger files are page-counted on a thread
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,11 @@ class Pipeline:
 
         # parse: the page count is only known once parsed, so the bar starts from
         # a cheap estimate; download 1/1 is folded into this write.
-        estimate = estimate_pages(data, document.kind)
+        # Counting page objects scans the bytes: keep big files off the event loop.
+        if len(data) > ESTIMATE_INLINE_MAX_BYTES:
+            estimate = await asyncio.to_thread(estimate_pages, data, document.kind)
+        else:
+            estimate = estimate_pages(data, document.kind)
         info = parser_info(opts.parser) if document.kind == "pdf" else {"parser": "text"}
         options = info | {
             "chunk_size": str(opts.chunk_size),
