@@ -45,6 +45,7 @@ from core.errors import BadInput, ClaimBug, Conflict, NotFound
 from core.filters import COMPARISONS, TaskFilter, Term
 from core.models import CLAIMABLE_SQL, Chunk, Document, IngestionTask, Outbox, TaskEvent
 from core.models import WorkerRecord as WorkerRow
+from core.prepared import Prepared
 from core.states import (
     CANCELLABLE,
     ERRORS,
@@ -363,7 +364,7 @@ _CLAIM_SET = update(TASKS).values(
     updated_at=bindparam("p_now"),
     revision=_next_revision(),
 )
-CLAIM_ONE = (
+CLAIM_ONE = Prepared(
     _CLAIM_SET.where(TASKS.c.id == bindparam("p_task_id"))
     .where(text("(status = 'queued' OR (status = 'retry_wait' AND next_attempt_at <= :p_now))"))
     .returning(*_CLAIM_RETURNING)
@@ -380,12 +381,16 @@ def _claim_next_statement(skip_locked: bool) -> Any:
     )
     if skip_locked:
         pick = pick.with_for_update(skip_locked=True)
-    return _CLAIM_SET.where(TASKS.c.id.in_(pick.scalar_subquery())).returning(*_CLAIM_RETURNING)
+    return Prepared(
+        _CLAIM_SET.where(TASKS.c.id.in_(pick.scalar_subquery())).returning(*_CLAIM_RETURNING)
+    )
 
 
 CLAIM_NEXT = _claim_next_statement(skip_locked=False)
 CLAIM_NEXT_SKIP_LOCKED = _claim_next_statement(skip_locked=True)
-HEARTBEAT = update(TASKS).where(_HELD_PARAMS).values(lease_expires_at=bindparam("p_lease_until"))
+HEARTBEAT = Prepared(
+    update(TASKS).where(_HELD_PARAMS).values(lease_expires_at=bindparam("p_lease_until"))
+)
 _PROGRESS_VALUES = {
     "stage": bindparam("p_stage"),
     "completed": bindparam("p_completed"),
@@ -395,11 +400,11 @@ _PROGRESS_VALUES = {
     "lease_expires_at": bindparam("p_lease_until"),
     "revision": _next_revision(),
 }
-PROGRESS = update(TASKS).where(_HELD_PARAMS).values(**_PROGRESS_VALUES)
-PROGRESS_WITH_OPTIONS = (
+PROGRESS = Prepared(update(TASKS).where(_HELD_PARAMS).values(**_PROGRESS_VALUES))
+PROGRESS_WITH_OPTIONS = Prepared(
     update(TASKS).where(_HELD_PARAMS).values(**_PROGRESS_VALUES, options=bindparam("p_options"))
 )
-COMPLETE = (
+COMPLETE = Prepared(
     update(TASKS)
     .where(_HELD_PARAMS)
     .values(
@@ -414,7 +419,7 @@ COMPLETE = (
     )
     .returning(*_EVENT_SOURCE_COLUMNS)
 )
-MOVE_DOCUMENT = (
+MOVE_DOCUMENT = Prepared(
     update(DOCUMENTS)
     .where(DOCUMENTS.c.id == bindparam("p_document_id"))
     .where(DOCUMENTS.c.status == bindparam("p_source"))
@@ -424,7 +429,9 @@ MOVE_DOCUMENT = (
         updated_at=bindparam("p_now"),
     )
 )
-INSERT_EVENTS = insert(EVENTS)
+INSERT_EVENTS = Prepared(
+    insert(EVENTS).values({c.name: bindparam(c.name) for c in EVENTS.c if c.name != "id"})
+)
 
 
 def _held_params(claim: Claim) -> dict[str, Any]:
@@ -538,7 +545,7 @@ class Ledger:
             for r in rows
         ]
         if events:
-            conn.execute(INSERT_EVENTS, events)
+            INSERT_EVENTS.many(conn, events)
 
     # ---------------------------------------------------------------- documents
 
@@ -722,10 +729,10 @@ class Ledger:
         }
 
         def _tx(conn: Connection) -> Any:
-            rows = conn.execute(CLAIM_ONE, params).all()
+            rows = CLAIM_ONE.rows(conn, params)
             if len(rows) > 1:
                 raise ClaimBug(f"claim of {task_id} matched {len(rows)} rows")
-            self._event(conn, [r._mapping for r in rows], worker_id)
+            self._event(conn, [r._asdict() for r in rows], worker_id)
             return _claim(rows[0], worker_id, self._lease(lease_s)) if rows else None
 
         return await self._run(_tx, write=True)
@@ -747,8 +754,8 @@ class Ledger:
         }
 
         def _tx(conn: Connection) -> Any:
-            rows = conn.execute(statement, params).all()
-            self._event(conn, [r._mapping for r in rows], worker_id)
+            rows = statement.rows(conn, params)
+            self._event(conn, [r._asdict() for r in rows], worker_id)
             # RETURNING order is unspecified on PostgreSQL; hand claims out oldest first.
             ordered = sorted(rows, key=lambda r: (r.created_at, r.id))
             return [_claim(r, worker_id, self._lease(lease_s)) for r in ordered]
@@ -769,7 +776,7 @@ class Ledger:
         params = _held_params(claim) | {"p_lease_until": now + lease}
 
         def _tx(conn: Connection) -> Any:
-            return bool(conn.execute(HEARTBEAT, params).rowcount)
+            return bool(HEARTBEAT.rowcount(conn, params))
 
         return await self._run(_tx, write=True)
 
@@ -800,7 +807,7 @@ class Ledger:
             statement = PROGRESS_WITH_OPTIONS
 
         def _tx(conn: Connection) -> Any:
-            return bool(conn.execute(statement, params).rowcount)
+            return bool(statement.rowcount(conn, params))
 
         return await self._run(_tx, write=True)
 
@@ -856,13 +863,14 @@ class Ledger:
         params = _held_params(claim) | {"p_now": now}
 
         def _tx(conn: Connection) -> Any:
-            row = conn.execute(COMPLETE, params).first()
+            found = COMPLETE.rows(conn, params)
+            row = found[0] if found else None
             if row is None:
                 return False
             self._move_document(
                 conn, claim.document_id, DocumentStatus.PROCESSING, DocumentStatus.REVIEW_PENDING
             )
-            self._event(conn, [row._mapping], claim.worker_id)
+            self._event(conn, [row._asdict()], claim.worker_id)
             return True
 
         return await self._run(_tx, write=True)
@@ -1107,8 +1115,8 @@ class Ledger:
         source: DocumentStatus,
         target: DocumentStatus,
     ) -> None:
-        result = conn.execute(
-            MOVE_DOCUMENT,
+        moved = MOVE_DOCUMENT.rowcount(
+            conn,
             {
                 "p_document_id": document_id,
                 "p_source": source.value,
@@ -1116,7 +1124,7 @@ class Ledger:
                 "p_now": self.clock(),
             },
         )
-        if result.rowcount != 1:
+        if moved != 1:
             gone = (
                 conn.execute(select(DOCUMENTS.c.id).where(DOCUMENTS.c.id == document_id))
             ).first() is None

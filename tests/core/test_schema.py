@@ -89,25 +89,23 @@ async def test_sqlite_connections_use_wal_and_the_chosen_durability(
 
 async def test_claim_next_uses_the_partial_index(tmp_path: Path) -> None:
     """With bound parameters in the IN list SQLite ignores the partial index and scans
-    every task; the claim must spell the statuses as literals."""
+    (and sorts) every claimable task; the claim must spell the statuses as literals."""
+    from sqlalchemy.dialects import sqlite
+
+    from core.ledger import CLAIM_NEXT
+
     ledger = await Ledger.open(_settings(tmp_path))
-    statements: list[tuple[str, tuple[object, ...]]] = []
-
-    from sqlalchemy import event
-
-    @event.listens_for(ledger.sync_engine, "before_cursor_execute")
-    def _capture(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
-        if statement.lstrip().upper().startswith("UPDATE INGESTION_TASKS"):
-            statements.append((statement, tuple(params)))
-
-    await ledger.claim_next("w")
     await ledger.close()
-    assert statements, "claim_next issued no UPDATE"
-    claim_sql, params = statements[0]
+    compiled = CLAIM_NEXT.statement.compile(dialect=sqlite.dialect())
+    values = compiled.construct_params(
+        {"p_worker_id": "w", "p_now": 1.0, "p_lease_until": 2.0, "p_limit": 8}
+    )
+    params = [values[name] for name in compiled.positiontup]
     with sqlite3.connect(tmp_path / "ledger.db") as raw:
-        plan = raw.execute("EXPLAIN QUERY PLAN " + claim_sql, params).fetchall()
+        plan = raw.execute("EXPLAIN QUERY PLAN " + compiled.string, params).fetchall()
     details = " ".join(row[-1] for row in plan)
     assert "ix_tasks_claimable" in details, details
+    assert "TEMP B-TREE" not in details, details
     assert "SCAN ingestion_tasks" not in details.replace("SCAN ingestion_tasks USING", ""), details
 
 
