@@ -8,14 +8,15 @@ A real model plugs in by implementing :class:`Embedder`.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
+import zlib
 from array import array
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 DEFAULT_DIMENSIONS = 256
+SLOT_CACHE_MAX = 200_000  # words whose bucket is remembered (~30 MB at most)
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -41,7 +42,7 @@ class Embedder(Protocol):
 
 class HashingEmbedder:
     """Signed feature hashing of lower-cased words into ``dimensions`` buckets,
-    L2-normalised. Deterministic: blake2b, not Python's salted ``hash``."""
+    L2-normalised. Deterministic: crc32, not Python's salted ``hash``."""
 
     name = "hashed-bag-of-words"
 
@@ -49,15 +50,20 @@ class HashingEmbedder:
         if dimensions < 1:
             raise ValueError("dimensions must be positive")
         self.dimensions = dimensions
+        self._slots: dict[str, tuple[int, float]] = {}
 
     def vector(self, text: str) -> list[float]:
         vec = [0.0] * self.dimensions
         for word in _WORD.findall(text.lower()):
-            digest = int.from_bytes(
-                hashlib.blake2b(word.encode(), digest_size=8).digest(), "little"
-            )
-            sign = 1.0 if digest & 1 else -1.0
-            vec[(digest >> 1) % self.dimensions] += sign
+            slot = self._slots.get(word)
+            if slot is None:
+                # crc32 is deterministic across processes (unlike hash()) and, being
+                # C, several times cheaper than a hashlib object per word.
+                digest = zlib.crc32(word.encode())
+                slot = ((digest >> 1) % self.dimensions, 1.0 if digest & 1 else -1.0)
+                if len(self._slots) < SLOT_CACHE_MAX:
+                    self._slots[word] = slot
+            vec[slot[0]] += slot[1]
         norm = math.sqrt(sum(v * v for v in vec))
         return [v / norm for v in vec] if norm else vec
 

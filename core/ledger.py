@@ -194,6 +194,8 @@ class Claim:
     options: Mapping[str, Any] = field(default_factory=dict)
     # Renewals (heartbeats, progress) extend the lease by the length it was taken for.
     lease_s: float = 30.0
+    # The task's document, read with the claim when asked for (None if gone).
+    document: DocumentView | None = None
 
 
 @dataclass(frozen=True)
@@ -419,6 +421,23 @@ COMPLETE = Prepared(
     )
     .returning(*_EVENT_SOURCE_COLUMNS)
 )
+FINISH = Prepared(
+    update(TASKS)
+    .where(_HELD_PARAMS)
+    .values(
+        status=TaskStatus.SUCCEEDED.value,
+        previous_status=TASKS.c.status,
+        stage=Stage.FINALIZING.value,
+        completed=bindparam("p_total"),
+        total=bindparam("p_total"),
+        options=func.coalesce(bindparam("p_options"), TASKS.c.options),
+        lease_expires_at=None,
+        progress_at=bindparam("p_now"),
+        updated_at=bindparam("p_now"),
+        revision=_next_revision(),
+    )
+    .returning(*_EVENT_SOURCE_COLUMNS)
+)
 MOVE_DOCUMENT = Prepared(
     update(DOCUMENTS)
     .where(DOCUMENTS.c.id == bindparam("p_document_id"))
@@ -428,6 +447,10 @@ MOVE_DOCUMENT = Prepared(
         version=DOCUMENTS.c.version + 1,
         updated_at=bindparam("p_now"),
     )
+)
+DELETE_CHUNKS = Prepared(delete(CHUNKS).where(CHUNKS.c.document_id == bindparam("p_document_id")))
+INSERT_CHUNKS = Prepared(
+    insert(CHUNKS).values({c.name: bindparam(c.name) for c in CHUNKS.c if c.name != "id"})
 )
 INSERT_EVENTS = Prepared(
     insert(EVENTS).values({c.name: bindparam(c.name) for c in EVENTS.c if c.name != "id"})
@@ -716,10 +739,19 @@ class Ledger:
         return await self._run(_tx, write=True)
 
     async def claim(
-        self, task_id: str, worker_id: str, *, lease_s: float | None = None
+        self,
+        task_id: str,
+        worker_id: str,
+        *,
+        lease_s: float | None = None,
+        with_document: bool = False,
     ) -> Claim | None:
         """Claim one task if it is claimable. None means another worker got it
-        first (or it is not claimable): that is an answer, not an error."""
+        first (or it is not claimable): that is an answer, not an error.
+
+        ``with_document`` reads the task's document in the same transaction, saving
+        a worker a round trip before it can start.
+        """
         now = self.clock()
         params = {
             "p_task_id": task_id,
@@ -733,12 +765,20 @@ class Ledger:
             if len(rows) > 1:
                 raise ClaimBug(f"claim of {task_id} matched {len(rows)} rows")
             self._event(conn, [r._asdict() for r in rows], worker_id)
-            return _claim(rows[0], worker_id, self._lease(lease_s)) if rows else None
+            documents = self._documents_of(conn, rows) if with_document else {}
+            if not rows:
+                return None
+            return _claim(rows[0], worker_id, self._lease(lease_s), documents)
 
         return await self._run(_tx, write=True)
 
     async def claim_next(
-        self, worker_id: str, *, limit: int = 1, lease_s: float | None = None
+        self,
+        worker_id: str,
+        *,
+        limit: int = 1,
+        lease_s: float | None = None,
+        with_document: bool = False,
     ) -> list[Claim]:
         """Claim up to ``limit`` of the claimable tasks that have waited longest, in
         one statement. A worker with k free slots should ask for k at once."""
@@ -758,9 +798,17 @@ class Ledger:
             self._event(conn, [r._asdict() for r in rows], worker_id)
             # RETURNING order is unspecified on PostgreSQL; hand claims out oldest first.
             ordered = sorted(rows, key=lambda r: (r.created_at, r.id))
-            return [_claim(r, worker_id, self._lease(lease_s)) for r in ordered]
+            documents = self._documents_of(conn, rows) if with_document else {}
+            return [_claim(r, worker_id, self._lease(lease_s), documents) for r in ordered]
 
         return await self._run(_tx, write=True)
+
+    def _documents_of(self, conn: Connection, rows: Sequence[Any]) -> dict[str, DocumentView]:
+        ids = [r.document_id for r in rows]
+        if not ids:
+            return {}
+        found = conn.execute(select(DOCUMENTS).where(DOCUMENTS.c.id.in_(ids))).all()
+        return {r.id: _document(r._mapping) for r in found}
 
     def _lease(self, lease_s: float | None) -> float:
         return self.settings.lease_s if lease_s is None else lease_s
@@ -814,46 +862,72 @@ class Ledger:
     async def replace_chunks(self, claim: Claim, chunks: Sequence[ChunkRecord]) -> bool:
         """Replace the document's chunks in one transaction (delete old, insert
         new), fenced on the claim: a worker that lost its task writes nothing."""
-        now = self.clock()
+        params = _held_params(claim) | {
+            "p_stage": Stage.INDEXING.value,
+            "p_completed": len(chunks),
+            "p_total": len(chunks),
+            "p_now": self.clock(),
+            "p_lease_until": self.clock() + claim.lease_s,
+        }
 
         def _tx(conn: Connection) -> Any:
-            held = (
-                conn.execute(
-                    update(TASKS)
-                    .where(_held(claim))
-                    .values(
-                        stage=Stage.INDEXING.value,
-                        completed=len(chunks),
-                        total=len(chunks),
-                        progress_at=now,
-                        updated_at=now,
-                        revision=_next_revision(),
-                    )
-                    .returning(TASKS.c.id)
-                )
-            ).first()
-            if held is None:
+            if not PROGRESS.rowcount(conn, params):
                 return False
-            conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id == claim.document_id))
-            if chunks:
-                conn.execute(
-                    insert(CHUNKS),
-                    [
-                        {
-                            "document_id": claim.document_id,
-                            "ordinal": c.ordinal,
-                            "text": c.text,
-                            "page": c.page,
-                            "char_start": c.char_start,
-                            "char_end": c.char_end,
-                            "embedding": c.embedding,
-                        }
-                        for c in chunks
-                    ],
-                )
+            self._write_chunks(conn, claim.document_id, chunks)
             return True
 
         return await self._run(_tx, write=True)
+
+    async def finish(
+        self,
+        claim: Claim,
+        chunks: Sequence[ChunkRecord],
+        *,
+        options: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Index and finalize in ONE transaction: replace the document's chunks,
+        task → succeeded, document → review_pending. Fenced on the claim, so a
+        cancel lands wholly before (nothing written) or after (it deletes the
+        chunks). False, with nothing written, if the worker lost the task."""
+        params = _held_params(claim) | {
+            "p_now": self.clock(),
+            "p_total": len(chunks),
+            "p_options": None if options is None else json.dumps(dict(options), sort_keys=True),
+        }
+
+        def _tx(conn: Connection) -> Any:
+            found = FINISH.rows(conn, params)
+            if not found:
+                return False
+            self._write_chunks(conn, claim.document_id, chunks)
+            self._move_document(
+                conn, claim.document_id, DocumentStatus.PROCESSING, DocumentStatus.REVIEW_PENDING
+            )
+            self._event(conn, [found[0]._asdict()], claim.worker_id)
+            return True
+
+        return await self._run(_tx, write=True)
+
+    def _write_chunks(
+        self, conn: Connection, document_id: str, chunks: Sequence[ChunkRecord]
+    ) -> None:
+        DELETE_CHUNKS.rowcount(conn, {"p_document_id": document_id})
+        if chunks:
+            INSERT_CHUNKS.many(
+                conn,
+                [
+                    {
+                        "document_id": document_id,
+                        "ordinal": c.ordinal,
+                        "text": c.text,
+                        "page": c.page,
+                        "char_start": c.char_start,
+                        "char_end": c.char_end,
+                        "embedding": c.embedding,
+                    }
+                    for c in chunks
+                ],
+            )
 
     async def complete(self, claim: Claim) -> bool:
         """Finalize: task → succeeded, document → review_pending, in one transaction.
@@ -1649,7 +1723,12 @@ def _task(row: Any, *, document_name: str | None = None, stalled: bool = False) 
     )
 
 
-def _claim(row: Row[Any], worker_id: str, lease_s: float) -> Claim:
+def _claim(
+    row: Any,
+    worker_id: str,
+    lease_s: float,
+    documents: Mapping[str, DocumentView] | None = None,
+) -> Claim:
     return Claim(
         task_id=row.id,
         document_id=row.document_id,
@@ -1659,4 +1738,5 @@ def _claim(row: Row[Any], worker_id: str, lease_s: float) -> Claim:
         lease_expires_at=row.lease_expires_at,
         options=json.loads(row.options or "{}"),
         lease_s=lease_s,
+        document=(documents or {}).get(row.document_id),
     )

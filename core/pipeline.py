@@ -5,8 +5,9 @@ lost its task (cancelled, reaped) from a write answering False and stops there."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from core.embedder import Embedder, ProviderUnavailable
@@ -17,7 +18,7 @@ from core.parsing import ParseFailure, parser_info
 from core.states import ErrorCode, Stage
 
 EMBED_BATCH = 64  # chunks per embedder call
-PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes within a stage
+PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes
 ESTIMATE_INLINE_MAX_BYTES = 1 << 20  # bytes; larger files are page-counted on a thread
 
 
@@ -103,22 +104,25 @@ class Pipeline:
         )
         return Outcome(claim.task_id, view.status.value, code, detail)
 
-    async def _progress(
-        self, claim: Claim, stage: Stage, done: int, total: int, say: Say, **kw: object
-    ) -> None:
-        if not await self.ledger.report_progress(claim, stage, done, total, **kw):  # type: ignore[arg-type]
-            raise TaskLost
-        say(f"stage={stage.value} {done}/{total}")
-
     async def _stages(self, claim: Claim, say: Say) -> Outcome:
+        progress = Progress(self.ledger, claim)
+        reporter = asyncio.create_task(progress.report(), name=f"progress-{claim.task_id[:8]}")
+        try:
+            return await self._run_stages(claim, progress, say)
+        finally:
+            reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporter
+
+    async def _run_stages(self, claim: Claim, progress: Progress, say: Say) -> Outcome:
         ledger, opts = self.ledger, self.options
-        # download (the claim itself set download 0/1)
-        document = await ledger.get_document(claim.document_id)
+        # download (the claim set download 0/1; a worker's claim brings the document)
+        document = claim.document or await ledger.get_document(claim.document_id)
         data = await asyncio.to_thread(ledger.store.get, document.object_key, document.sha256)
 
         # parse: the page count is only known once parsed, so the bar starts from
-        # a cheap estimate; download 1/1 is folded into this write.
-        # Counting page objects scans the bytes: keep big files off the event loop.
+        # a cheap estimate. Counting page objects scans the bytes: big files are
+        # counted off the event loop.
         if len(data) > ESTIMATE_INLINE_MAX_BYTES:
             estimate = await asyncio.to_thread(estimate_pages, data, document.kind)
         else:
@@ -128,7 +132,8 @@ class Pipeline:
             "chunk_size": str(opts.chunk_size),
             "chunk_overlap": str(opts.chunk_overlap),
         }
-        await self._progress(claim, Stage.PARSE, 0, estimate, say, options=options)
+        progress.set(Stage.PARSE, 0, estimate, options=options)
+        say(f"stage=parse 0/{estimate}")
         parsed = await self.pool.parse(
             data,
             document.kind,
@@ -138,35 +143,81 @@ class Pipeline:
         )
         del data
         chunks = parsed.chunks
+        progress.set(Stage.PARSE, parsed.pages, parsed.pages)
         say(f"stage=parse {parsed.pages}/{parsed.pages} chunks={len(chunks)}")
 
-        # embedding, progress per batch but written at most every PROGRESS_EVERY_S
+        # embedding, progress per batch (the reporter writes the latest of it)
         total = len(chunks)
-        await self._progress(claim, Stage.EMBEDDING, 0, total, say)
+        progress.set(Stage.EMBEDDING, 0, total)
+        say(f"stage=embedding 0/{total}")
         vectors: list[bytes] = []
-        last_write = time.monotonic()
         for start in range(0, total, EMBED_BATCH):
+            progress.check()
             batch = chunks[start : start + EMBED_BATCH]
             vectors.extend(await self.embedder.embed([c.text for c in batch]))
-            done = len(vectors)
-            if done < total and time.monotonic() - last_write >= PROGRESS_EVERY_S:
-                await self._progress(claim, Stage.EMBEDDING, done, total, say)
-                last_write = time.monotonic()
+            progress.set(Stage.EMBEDDING, len(vectors), total)
             await asyncio.sleep(0)  # let the dashboard breathe between batches
 
-        # indexing: one transaction replaces the document's chunks. Fenced: if the
-        # task was cancelled meanwhile nothing is written.
+        # indexing + finalizing in ONE fenced transaction: the document's chunks are
+        # replaced and the task completes together, so a cancel lands either before
+        # (nothing written) or after (its transaction deletes the chunks) — a draft
+        # never keeps a half index.
+        progress.set(Stage.INDEXING, total, total)
+        progress.check()
+        say(f"stage=indexing {total}/{total}")
         records = [
             ChunkRecord(c.ordinal, c.text, c.page, c.char_start, c.char_end, v)
             for c, v in zip(chunks, vectors, strict=True)
         ]
-        if not await ledger.replace_chunks(claim, records):
-            raise TaskLost
-        say(f"stage=indexing {total}/{total}")
-
-        # finalizing: a cancel that landed after indexing already deleted the
-        # chunks in its own transaction; complete() then answers False.
-        if not await ledger.complete(claim):
+        if not await ledger.finish(claim, records, options=options):
             raise TaskLost
         say(f"succeeded task={claim.task_id[:8]} chunks={total}")
         return Outcome(claim.task_id, "succeeded")
+
+
+class Progress:
+    """A task's progress, coalesced.
+
+    The pipeline reports every step in memory; :meth:`report` writes the latest
+    one at most every PROGRESS_EVERY_S (renewing the lease in the same statement)
+    and heartbeats in between, so a document that takes milliseconds costs no
+    progress writes at all and a long one shows movement within half a second.
+    """
+
+    def __init__(self, ledger: Ledger, claim: Claim) -> None:
+        self.ledger = ledger
+        self.claim = claim
+        self.latest: tuple[Stage, int, int] | None = None
+        self.options: Mapping[str, str] | None = None
+        self.lost = False
+        self._written: tuple[Stage, int, int] | None = None
+
+    def set(
+        self, stage: Stage, completed: int, total: int, *, options: Mapping[str, str] | None = None
+    ) -> None:
+        self.latest = (stage, completed, total)
+        if options is not None:
+            self.options = options
+
+    def check(self) -> None:
+        """Raise TaskLost if a write found the task taken away (cancelled, reaped)."""
+        if self.lost:
+            raise TaskLost
+
+    async def report(self) -> None:
+        interval = min(PROGRESS_EVERY_S, self.claim.lease_s / 3)
+        last_write = time.monotonic()
+        while not self.lost:
+            await asyncio.sleep(interval)
+            latest = self.latest
+            if latest is not None and latest != self._written:
+                options, self.options = self.options, None
+                held = await self.ledger.report_progress(self.claim, *latest, options=options)
+                self._written = latest
+            elif time.monotonic() - last_write >= self.claim.lease_s / 3:
+                held = await self.ledger.heartbeat(self.claim)
+            else:
+                continue
+            last_write = time.monotonic()
+            if not held:
+                self.lost = True

@@ -130,7 +130,9 @@ class Worker:
     async def run_task(self, task_id: str, *, stop_grace_s: float = 0.0) -> bool:
         """Claim this one task and run it. False if the claim was missed (another
         worker got it first, or it is not claimable): that is not an error."""
-        claim = await self.ledger.claim(task_id, self.worker_id, lease_s=self.lease_s)
+        claim = await self.ledger.claim(
+            task_id, self.worker_id, lease_s=self.lease_s, with_document=True
+        )
         if claim is None:
             self.stats.missed.append(task_id)
             self._say("missed", f"claim missed task={task_id[:8]} worker={self.worker_id}", task_id)
@@ -140,7 +142,9 @@ class Worker:
 
     async def run_one(self, *, stop_grace_s: float = 0.0) -> bool:
         """Claim the oldest claimable task and run it; False if there was none."""
-        claims = await self.ledger.claim_next(self.worker_id, limit=1, lease_s=self.lease_s)
+        claims = await self.ledger.claim_next(
+            self.worker_id, limit=1, lease_s=self.lease_s, with_document=True
+        )
         if not claims:
             self._say("idle", f"nothing to claim worker={self.worker_id}")
             return False
@@ -168,28 +172,15 @@ class Worker:
             f"attempt={claim.attempt}",
             claim.task_id,
         )
-        heartbeat = asyncio.create_task(
-            self._heartbeat(claim), name=f"heartbeat-{claim.task_id[:8]}"
-        )
         try:
+            # The pipeline renews the lease itself, folded into its progress writes.
             outcome = await self.pipeline.run(
                 claim, lambda line: self._say("progress", line, claim.task_id)
             )
         finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
             self._claims.pop(claim.task_id, None)
         self.stats.outcomes[claim.task_id] = outcome.result
         return outcome
-
-    async def _heartbeat(self, claim: Claim) -> None:
-        # Renew well before expiry; a parse can hold the pipeline for a long time
-        # without any progress write to carry the renewal.
-        while True:
-            await asyncio.sleep(self.lease_s / 3)
-            if not await self.ledger.heartbeat(claim, lease_s=self.lease_s):
-                return
 
     async def close(self) -> None:
         """Release the parser pool if this worker created it."""
@@ -220,7 +211,7 @@ class Worker:
                 if free > 0:
                     self._state = "claiming"
                     claims = await self.ledger.claim_next(
-                        self.worker_id, limit=free, lease_s=self.lease_s
+                        self.worker_id, limit=free, lease_s=self.lease_s, with_document=True
                     )
                     self._state = "idle"
                 for claim in claims:

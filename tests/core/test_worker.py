@@ -309,7 +309,13 @@ async def test_cancel_during_embedding_leaves_no_chunks(ledger: Ledger, pool: Pa
     worker = Worker(ledger, "w", pool=pool, embedder=gate)
     run = asyncio.create_task(worker.run(until_idle=True))
     await asyncio.wait_for(gate.entered.wait(), 30)
-    running = await ledger.get_task(task_id)
+    # Progress is coalesced: the embedding stage reaches the ledger within a
+    # reporting interval, not at once.
+    for _ in range(40):
+        running = await ledger.get_task(task_id)
+        if running.stage is Stage.EMBEDDING:
+            break
+        await asyncio.sleep(0.05)
     assert (running.status, running.stage) == (TaskStatus.RUNNING, Stage.EMBEDDING)
     await ledger.cancel(task_id, actor="op")
     gate.release.set()
