@@ -36,7 +36,10 @@ def make_engine(settings: Settings) -> AsyncEngine:
     backend = url.get_backend_name()
     if backend == "sqlite":
         if url.database in (None, "", ":memory:"):
-            raise BadInput("a SQLite ledger needs a file path (':memory:' cannot be shared)")
+            raise BadInput(
+                "a SQLite ledger URL needs a file path, e.g. sqlite+aiosqlite:///ledger.db "
+                "(an in-memory database cannot be shared between processes)"
+            )
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         if url.drivername == "sqlite":
             url = url.set(drivername="sqlite+aiosqlite")

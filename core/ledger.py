@@ -983,6 +983,9 @@ class Ledger:
             ).first()
             if row is None:
                 return None
+            # An attempt that did not finish leaves no chunks behind (only the old
+            # replace_chunks API could have written some before failing).
+            DELETE_CHUNKS.rowcount(conn, {"p_document_id": claim.document_id})
             if not retry:
                 self._move_document(
                     conn, claim.document_id, DocumentStatus.PROCESSING, DocumentStatus.FAILED
@@ -1006,6 +1009,9 @@ class Ledger:
                     .values(
                         status=TaskStatus.RETRY_WAIT.value,
                         previous_status=TASKS.c.status,
+                        # A handed-back attempt was not a failure: it does not
+                        # count against the automatic retry budget.
+                        max_attempts=TASKS.c.max_attempts + 1,
                         lease_expires_at=None,
                         next_attempt_at=now,
                         updated_at=now,
@@ -1058,6 +1064,8 @@ class Ledger:
                     .returning(*_EVENT_SOURCE_COLUMNS, TASKS.c.document_id)
                 )
             ).all()
+            for r in rows:  # a vanished worker's unfinished attempt leaves no chunks
+                DELETE_CHUNKS.rowcount(conn, {"p_document_id": r.document_id})
             failed_docs = [r.document_id for r in rows if r.status == TaskStatus.FAILED.value]
             if failed_docs:
                 conn.execute(
@@ -1142,6 +1150,9 @@ class Ledger:
                     .where(doc_failed)
                     .values(
                         status=TaskStatus.QUEUED.value,
+                        # A human decided to try again: the automatic retry budget
+                        # starts afresh from the attempt the task has reached.
+                        max_attempts=TASKS.c.attempt + self.settings.max_attempts,
                         previous_status=TASKS.c.status,
                         stage=Stage.DOWNLOAD.value,
                         completed=0,

@@ -61,8 +61,9 @@ class ErrorCode(StrEnum):
     INTERNAL_ERROR = "internal_error"
 
 
-# Each task status and the document status that must accompany it.
-# A task's document is only ever in the status this table pairs with the task.
+# Each task status and the document status that must accompany it: a document is
+# always in the status this table pairs with its current task (an older, cancelled
+# task of a re-submitted document no longer speaks for it).
 PAIRED_DOCUMENT_STATUS: dict[TaskStatus, DocumentStatus] = {
     TaskStatus.QUEUED: DocumentStatus.PROCESSING,
     TaskStatus.RUNNING: DocumentStatus.PROCESSING,

@@ -265,6 +265,4 @@ async def test_two_processes_claiming_the_same_task_have_exactly_one_winner(
                 winner,
             )
             history = await ledger.task_history(task_id)
-            assert [(e.to_status, e.actor) for e in history[1:]] == [
-                (TaskStatus.RUNNING, winner)
-            ]
+            assert [(e.to_status, e.actor) for e in history[1:]] == [(TaskStatus.RUNNING, winner)]

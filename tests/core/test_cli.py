@@ -661,13 +661,31 @@ def test_a_usage_error_under_json_still_prints_one_json_value(cli: Cli) -> None:
     assert result.error["kind"] == "BadInput"
 
 
-def test_the_cli_size_limit_refuses_big_files_and_writes_nothing(cli: Cli, tmp_path: Path) -> None:
-    big = write(tmp_path / "big.txt", b"x" * 2 * 1024 * 1024)
-    result = cli("--max-upload-mb", "1", "upload", str(big), "--json")
+def test_the_cli_size_limit_refuses_big_files_and_writes_nothing(
+    cli: Cli, tmp_path: Path, db_path: Path, store: Path
+) -> None:
+    big = write(tmp_path / "big.txt", b"x" * (2 * 1024 * 1024))
+    small = write(tmp_path / "small.txt", TEXT)
+    result = cli("--max-upload-mb", "1", "add", str(small), str(big), "--json")
     assert result.code == EXIT_BAD_INPUT
+    assert result.error["kind"] == "BadInput"
     assert "over the upload limit" in result.error["message"]
-    listed = cli("documents", "--json")
-    assert listed.value == []
+    assert "big.txt" in result.error["message"]
+    assert_nothing_written(db_path, store)
+    # The same limit from the environment; a flag still wins over it.
+    env = clean_env(INGESTDESK_MAX_UPLOAD_MB="1")
+    base = ["--db", str(db_path), "--store", str(store)]
+    refused = run([*base, "upload", str(big)], cwd=tmp_path, env=env)
+    assert "over the upload limit" in one_error_line(refused)
+    assert refused.code == EXIT_BAD_INPUT
+    assert_nothing_written(db_path, store)
+    (doc,) = ok(
+        run([*base, "--max-upload-mb", "3", "upload", str(big), "--json"], cwd=tmp_path, env=env)
+    )
+    assert doc["size"] == 2 * 1024 * 1024
+    bad = cli("--max-upload-mb", "0", "upload", str(small), "--json")
+    assert bad.code == EXIT_BAD_INPUT
+    assert "--max-upload-mb" in bad.error["message"]
 
 
 async def test_the_upload_size_limit_refuses_big_files(settings: Settings, tmp_path: Path) -> None:

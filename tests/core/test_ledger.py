@@ -445,3 +445,64 @@ async def test_user_names_are_display_text_only(ledger: Ledger) -> None:
     assert ledger.store.exists(doc.object_key)
     stored = ledger.store.root / doc.object_key
     assert stored.resolve().is_relative_to(ledger.store.root.resolve())
+
+
+async def test_a_handed_back_attempt_does_not_use_up_the_retry_budget(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    task = await submitted(ledger)
+    for _ in range(ledger.settings.max_attempts + 2):  # more hand-backs than attempts
+        claim = await ledger.claim(task.task_id, "w")
+        assert claim is not None
+        assert await ledger.hand_back(claim)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    waiting = await ledger.fail(claim, ErrorCode.OBJECT_READ_ERROR)
+    assert waiting is not None and waiting.status is TaskStatus.RETRY_WAIT
+
+
+async def test_a_manual_retry_restores_the_automatic_retry_budget(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    task = await submitted(ledger)
+    for _ in range(ledger.settings.max_attempts):
+        clock.advance(ledger.settings.backoff_max_s + 1)
+        claim = await ledger.claim(task.task_id, "w")
+        assert claim is not None
+        await ledger.fail(claim, ErrorCode.PROVIDER_UNAVAILABLE)
+    assert (await ledger.get_task(task.task_id)).status is TaskStatus.FAILED
+    await ledger.retry(task.task_id)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None and claim.attempt == ledger.settings.max_attempts + 1
+    again = await ledger.fail(claim, ErrorCode.PROVIDER_UNAVAILABLE)
+    assert again is not None and again.status is TaskStatus.RETRY_WAIT
+
+
+async def test_an_unfinished_attempt_leaves_no_chunks(ledger: Ledger, clock: FakeClock) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    assert await ledger.replace_chunks(claim, [ChunkRecord(0, "half", None, 0, 4)])
+    await ledger.fail(claim, ErrorCode.PROVIDER_UNAVAILABLE)
+    assert await ledger.chunks(task.document_id) == []
+    clock.advance(ledger.settings.backoff_max_s + 1)
+    claim = await ledger.claim(task.task_id, "w")
+    assert claim is not None
+    assert await ledger.replace_chunks(claim, [ChunkRecord(0, "half", None, 0, 4)])
+    clock.advance(ledger.settings.lease_s + 1)
+    await ledger.reap()
+    assert await ledger.chunks(task.document_id) == []
+
+
+async def test_finish_indexes_and_completes_in_one_step(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.claim(task.task_id, "w", with_document=True)
+    assert claim is not None and claim.document is not None
+    assert claim.document.document_id == task.document_id
+    chunks = [ChunkRecord(i, f"chunk {i}", None, 0, 7) for i in range(3)]
+    assert await ledger.finish(claim, chunks, options={"parser": "text"})
+    done = await ledger.get_task(task.task_id)
+    assert (done.status, done.completed, done.total) == (TaskStatus.SUCCEEDED, 3, 3)
+    assert done.options == {"parser": "text"}
+    assert len(await ledger.chunks(task.document_id)) == 3
+    assert await ledger.finish(claim, chunks) is False
