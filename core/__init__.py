@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core.config import Settings, settings_from, sqlite_url
+    from core.embedder import Embedder, HashingEmbedder, ProviderUnavailable
     from core.errors import (
         BadInput,
         ClaimBug,
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
         display_name,
         error_detail_of,
     )
+    from core.parse_pool import ParserPool
+    from core.pipeline import PipelineOptions
     from core.states import (
         ERRORS,
         PAIRED_DOCUMENT_STATUS,
@@ -50,8 +53,16 @@ if TYPE_CHECKING:
         Stage,
         TaskStatus,
     )
+    from core.worker import Worker, WorkerEvent
 
 _LAZY: dict[str, str] = {
+    "Embedder": "core.embedder",
+    "HashingEmbedder": "core.embedder",
+    "ParserPool": "core.parse_pool",
+    "PipelineOptions": "core.pipeline",
+    "ProviderUnavailable": "core.embedder",
+    "Worker": "core.worker",
+    "WorkerEvent": "core.worker",
     "BadInput": "core.errors",
     "BulkResult": "core.ledger",
     "ChunkRecord": "core.ledger",
@@ -114,14 +125,19 @@ __all__ = [
     "DocumentKind",
     "DocumentStatus",
     "DocumentView",
+    "Embedder",
     "ErrorCode",
     "ErrorInfo",
     "FailureGroup",
+    "HashingEmbedder",
     "IngestDeskError",
     "Ledger",
     "LedgerUnavailable",
     "NotFound",
     "ObjectReadError",
+    "ParserPool",
+    "PipelineOptions",
+    "ProviderUnavailable",
     "Reaped",
     "SchemaTooNew",
     "SearchHit",
@@ -131,6 +147,8 @@ __all__ = [
     "TaskFilter",
     "TaskStatus",
     "TaskView",
+    "Worker",
+    "WorkerEvent",
     "WorkerView",
     "display_name",
     "error_detail_of",

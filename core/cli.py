@@ -491,7 +491,7 @@ def _run_dashboard(args: argparse.Namespace) -> int:
         else:
             print(f"building a demo ledger in {directory} ...", flush=True)
             settings = build_demo(directory)
-        return run_dashboard(settings, workers=args.workers or 2, read_only=args.read_only)
+        return run_dashboard(settings, workers=args.workers, read_only=args.read_only)
     settings = _settings(args)
     if args.command == "race":
         return run_race(settings)

@@ -8,6 +8,7 @@ A real model plugs in by implementing :class:`Embedder`.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import zlib
@@ -68,6 +69,10 @@ class HashingEmbedder:
         return [v / norm for v in vec] if norm else vec
 
     async def embed(self, texts: Sequence[str]) -> list[bytes]:
+        # Pure Python CPU work: a thread keeps the dashboard's loop answering keys.
+        return await asyncio.to_thread(self.embed_now, texts)
+
+    def embed_now(self, texts: Sequence[str]) -> list[bytes]:
         return [array("f", self.vector(t)).tobytes() for t in texts]
 
 

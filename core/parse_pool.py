@@ -40,6 +40,7 @@ import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import TracebackType
@@ -175,6 +176,10 @@ class ParserPool:
         self.max_timeout_s = max_timeout_s
         self.memory_limit_bytes = memory_limit_bytes
         self.max_parses_per_child = max_parses_per_child
+        # multiprocessing's resource tracker starts on the first spawn by handing the
+        # child sys.stderr's descriptor. Under a TUI, sys.stderr is a capture object
+        # without one and that spawn fails, so start the tracker while it is real.
+        resource_tracker.ensure_running()
         self._context = multiprocessing.get_context("spawn")
         self._slots = asyncio.Semaphore(workers)
         self._idle: list[_Child] = []

@@ -1,0 +1,171 @@
+"""Fixtures for the dashboard tests: a real SQLite ledger under tmp_path, a frozen
+clock, deterministic ids, and a ledger seeded through the Ledger API (claims,
+progress, failures, completions written directly; no real parsing)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from core import ChunkRecord, ErrorCode, Ledger, Settings, Stage, TaskView, sqlite_url
+from core.db import make_engine
+from tests.conftest import FakeClock
+
+APP_SIZE = (160, 50)  # columns, rows of every test terminal
+WAIT_S = 10.0  # seconds a test waits for the app to show something
+
+
+class CountingIds:
+    """Deterministic, well-spread ids: distinct 8-character prefixes, like uuid4."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> str:
+        self.n += 1
+        return hashlib.sha256(f"ingestdesk-test-{self.n}".encode()).hexdigest()[:32]
+
+
+@dataclass
+class Seeded:
+    """A seeded ledger and the ids of its tasks by name."""
+
+    ledger: Ledger
+    clock: FakeClock
+    tasks: dict[str, str] = field(default_factory=dict)
+
+    def id(self, name: str) -> str:
+        return self.tasks[name]
+
+
+def note(name: str) -> bytes:
+    return (
+        f"# {name}\n\nQuarterly ingestion notes for {name}; the ledger keeps the audit.\n".encode()
+    )
+
+
+async def submit(seeded: Seeded, name: str, data: bytes | None = None) -> TaskView:
+    document = await seeded.ledger.upload(data or note(name), name)
+    task = await seeded.ledger.submit(document.document_id, actor="alice")
+    seeded.tasks[name] = task.task_id
+    seeded.clock.advance(7)
+    return task
+
+
+async def seed_states(seeded: Seeded) -> Seeded:
+    """One task in each interesting state, created a few seconds apart."""
+    ledger, clock = seeded.ledger, seeded.clock
+
+    done = await submit(seeded, "board-minutes.md")
+    claim = await ledger.claim(done.task_id, "w1")
+    assert claim is not None
+    await ledger.report_progress(claim, Stage.PARSE, 1, 1)
+    chunks = [
+        ChunkRecord(0, "The board approved the ingestion budget for Q3.", None, 0, 47),
+        ChunkRecord(1, "Operators will triage failures every morning.", None, 48, 93),
+        ChunkRecord(2, "The ledger keeps the audit trail of every action.", None, 94, 143),
+    ]
+    await ledger.replace_chunks(claim, chunks)
+    await ledger.complete(claim)
+
+    for name, code, detail in (
+        ("scanned-receipt.md", ErrorCode.EMPTY_DOCUMENT, "no extractable text"),
+        ("corrupt-export.md", ErrorCode.PARSE_ERROR, "not a valid PDF"),
+        ("vendor-contract.md", ErrorCode.PARSE_ERROR, "xref table broken"),
+    ):
+        task = await submit(seeded, name)
+        claim = await ledger.claim(task.task_id, "w2")
+        assert claim is not None
+        await ledger.report_progress(claim, Stage.PARSE, 0, 4)
+        await ledger.fail(claim, code, detail)
+
+    waiting = await submit(seeded, "provider-outage.md")
+    claim = await ledger.claim(waiting.task_id, "w1")
+    assert claim is not None
+    await ledger.report_progress(claim, Stage.EMBEDDING, 3, 12)
+    await ledger.fail(claim, ErrorCode.PROVIDER_UNAVAILABLE, "ProviderUnavailable")
+
+    gone = await submit(seeded, "wrong-file.md")
+    await ledger.cancel(gone.task_id, actor="alice", reason="uploaded the wrong file")
+
+    stalled = await submit(seeded, "huge-scan.md")
+    claim = await ledger.claim(stalled.task_id, "w3")
+    assert claim is not None
+    await ledger.report_progress(claim, Stage.PARSE, 2, 60, lease_s=3600)
+    clock.advance(120)  # no progress for two minutes: stalled
+
+    running = await submit(seeded, "annual-report.md")
+    claim = await ledger.claim(running.task_id, "w1", lease_s=3600)
+    assert claim is not None
+    await ledger.report_progress(claim, Stage.EMBEDDING, 40, 120, lease_s=3600)
+
+    await submit(seeded, "queued-handbook.md")
+    await submit(seeded, "queued-memo.md")
+    return seeded
+
+
+def settings_for(tmp_path: Path) -> Settings:
+    return Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
+
+
+async def open_seeded(tmp_path: Path, *, states: bool = True) -> Seeded:
+    clock = FakeClock()
+    ledger = await Ledger.open(settings_for(tmp_path), clock=clock, ids=CountingIds())
+    seeded = Seeded(ledger, clock)
+    if states:
+        await seed_states(seeded)
+    return seeded
+
+
+@pytest.fixture
+async def seeded(tmp_path: Path) -> AsyncIterator[Seeded]:
+    """A ledger with one task in each state, open on the test's event loop."""
+    result = await open_seeded(tmp_path)
+    try:
+        yield result
+    finally:
+        await result.ledger.close()
+
+
+@pytest.fixture
+async def empty(tmp_path: Path) -> AsyncIterator[Seeded]:
+    """An empty ledger with a frozen clock."""
+    result = await open_seeded(tmp_path, states=False)
+    try:
+        yield result
+    finally:
+        await result.ledger.close()
+
+
+@pytest.fixture
+def seeded_sync(tmp_path: Path) -> Any:
+    """A seeded ledger for snapshot tests, which run the app on their own loop.
+
+    The ledger is built on a throwaway loop and closed; the app gets a second handle
+    on the same (already migrated) database, whose connections open on its own loop.
+    """
+    built = asyncio.run(open_seeded(tmp_path))
+    asyncio.run(built.ledger.close())
+    settings = built.ledger.settings
+    ledger = Ledger(make_engine(settings), settings, clock=built.clock, ids=CountingIds())
+    yield Seeded(ledger, built.clock, built.tasks)
+    asyncio.run(ledger.close())
+
+
+async def wait_for(
+    pilot: Pilot[Any], predicate: Callable[[], bool], *, within: float = WAIT_S, what: str = ""
+) -> None:
+    """Let the app run until ``predicate()`` holds (or fail after ``within`` seconds)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await pilot.pause(0.05)

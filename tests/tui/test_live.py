@@ -1,0 +1,135 @@
+"""The dashboard with real workers, real processes and real ledgers: quitting hands
+tasks back, the claim race has exactly one winner, another process's writes show up,
+and an unopenable ledger is refused before the app starts."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Log
+
+from core import Ledger, Settings, TaskStatus, sqlite_url
+from tests.tui.conftest import APP_SIZE, Seeded, submit, wait_for
+from tui.app import IngestDeskApp, run_dashboard
+from tui.screens.race import RACERS, RaceScreen
+from tui.widgets.task_table import TaskTable
+
+POLL_S = 0.1  # seconds
+SUBPROCESS_TIMEOUT_S = 60.0
+
+
+class StuckPool:
+    """A parser pool whose parses never finish: tasks stay running at the parse stage."""
+
+    def __init__(self) -> None:
+        self.parsing = 0
+
+    async def parse(self, *args: Any, **kwargs: Any) -> Any:
+        self.parsing += 1
+        await asyncio.Event().wait()
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_quit_hands_running_tasks_back(empty: Seeded) -> None:
+    task = await submit(empty, "long-report.md")
+    pool = StuckPool()
+    app = IngestDeskApp(
+        empty.ledger,
+        workers=1,
+        pool=pool,  # type: ignore[arg-type]
+        clock=empty.clock,
+        poll_interval_s=POLL_S,
+        worker_prefix="t",
+    )
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await wait_for(pilot, lambda: pool.parsing == 1, what="the worker to start parsing")
+        await wait_for(pilot, lambda: app.mirror.counts[TaskStatus.RUNNING] == 1)
+        assert [w.current for w in app.local_workers()] == [(task.task_id,)]
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
+    after = await empty.ledger.get_task(task.task_id)
+    assert after.status is TaskStatus.RETRY_WAIT  # claimable again at once
+    assert after.worker_id is None or after.lease_expires_at is None
+    history = await empty.ledger.task_history(task.task_id)
+    assert history[-1].reason == "handed back on shutdown"
+    assert history[-1].actor == "t-w1"
+    assert (await empty.ledger.counts())[TaskStatus.RUNNING] == 0
+
+
+async def test_claim_race_has_exactly_one_winner(empty: Seeded) -> None:
+    app = IngestDeskApp(empty.ledger, workers=0, clock=empty.clock, poll_interval_s=POLL_S)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await wait_for(pilot, lambda: app._baseline_taken)
+        await pilot.press("R")
+        await wait_for(pilot, lambda: isinstance(app.screen, RaceScreen))
+        screen = app.screen
+        assert isinstance(screen, RaceScreen)
+        await wait_for(pilot, lambda: screen.outcome is not None, within=30, what="the race")
+        assert screen.outcome is not None and sorted(screen.outcome) == [False, True]
+        logs = {r: "\n".join(screen.query_one(f"#log-{r}", Log).lines) for r in RACERS}
+        winner, loser = RACERS if screen.outcome[0] else RACERS[::-1]
+        assert "claimed task=" in logs[winner] and "claim missed" not in logs[winner]
+        assert "claim missed task=" in logs[loser] and "claimed task=" not in logs[loser]
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, within=20)
+    tasks = await empty.ledger.list_tasks()
+    assert len(tasks) == 1 and tasks[0].worker_id == winner
+
+
+async def test_writes_from_another_process_appear(tmp_path: Path) -> None:
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
+    ledger = await Ledger.open(settings)  # real clock: the other process uses one too
+    note = tmp_path / "from-another-terminal.md"
+    note.write_text("# Added by the CLI\n\nWhile the dashboard was watching.\n")
+    try:
+        app = IngestDeskApp(ledger, workers=0, poll_interval_s=POLL_S)
+        async with app.run_test(size=APP_SIZE) as pilot:
+            await wait_for(pilot, lambda: app._baseline_taken)
+            command = [
+                sys.executable,
+                "-m",
+                "core.cli",
+                "--db",
+                settings.db_url,
+                "--store",
+                str(settings.store_root),
+                "add",
+                str(note),
+            ]
+            done = await asyncio.to_thread(
+                subprocess.run,
+                command,
+                capture_output=True,
+                text=True,
+                timeout=SUBPROCESS_TIMEOUT_S,
+            )
+            assert done.returncode == 0, done.stderr
+            table = app.screen.query_one(TaskTable)
+            await wait_for(
+                pilot,
+                lambda: any(t.document_name == note.name for t in table.tasks.values()),
+                within=5,
+                what="the other process's task",
+            )
+            assert app.mirror.counts[TaskStatus.QUEUED] == 1
+    finally:
+        await ledger.close()
+
+
+def test_unopenable_ledger_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the ledger's folder should be")
+    settings = Settings(db_url=sqlite_url(blocker / "ledger.db"), store_root=tmp_path / "objects")
+    assert run_dashboard(settings, workers=0, read_only=False) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ingestdesk: ")
+    assert "ledger" in err

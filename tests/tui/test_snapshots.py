@@ -1,0 +1,90 @@
+"""Snapshots of the main screens (pytest-textual-snapshot): a frozen clock, fixed
+ids, no workers, data written through the Ledger API. Update them after a deliberate
+change with ``pytest tests/tui/test_snapshots.py --snapshot-update`` and look at the
+report before committing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+
+from tests.tui.conftest import APP_SIZE, Seeded, wait_for
+from tui.app import IngestDeskApp
+from tui.screens.failures import FailuresScreen
+from tui.screens.help import HelpScreen
+from tui.screens.task_detail import TaskDetailScreen
+from tui.widgets.task_table import TaskTable
+
+SnapCompare = Any
+SETTLE_S = 0.3  # seconds for the last layout to land on a loaded machine
+
+
+def snapshot_app(seeded: Seeded) -> IngestDeskApp:
+    app = IngestDeskApp(
+        seeded.ledger,
+        workers=0,
+        clock=seeded.clock,
+        poll_interval_s=0.1,
+        actor="tester",
+        worker_prefix="t",
+    )
+    app.sub_title = "ledger.db"  # the real path lives under tmp_path
+    return app
+
+
+async def loaded(pilot: Pilot[Any], seeded: Seeded) -> None:
+    app = pilot.app
+    assert isinstance(app, IngestDeskApp)
+    await wait_for(pilot, lambda: app._baseline_taken and len(app.screen_stack) > 1)
+    screen = app.screen_stack[1]
+    table = screen.query_one(TaskTable)
+    await wait_for(pilot, lambda: len(table.tasks) == len(seeded.tasks))
+    await wait_for(pilot, lambda: len(screen.query(".running-task").exclude(".-free")) == 2)
+    await pilot.pause(SETTLE_S)
+
+
+def test_main_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await loaded(pilot, seeded_sync)
+
+    assert snap_compare(snapshot_app(seeded_sync), terminal_size=APP_SIZE, run_before=run_before)
+
+
+def test_failures_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await loaded(pilot, seeded_sync)
+        await pilot.press("f")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, FailuresScreen))
+        screen = pilot.app.screen
+        assert isinstance(screen, FailuresScreen)
+        tasks = screen.query_one("#failure-tasks", DataTable)
+        await wait_for(pilot, lambda: len(screen.groups) == 2 and tasks.row_count == 2)
+        await pilot.pause(SETTLE_S)
+
+    assert snap_compare(snapshot_app(seeded_sync), terminal_size=APP_SIZE, run_before=run_before)
+
+
+def test_detail_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await loaded(pilot, seeded_sync)
+        table = pilot.app.screen.query_one(TaskTable)
+        table.move_cursor(row=table.get_row_index(seeded_sync.id("provider-outage.md")))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, TaskDetailScreen))
+        attempts = pilot.app.screen.query_one("#detail-attempts", DataTable)
+        await wait_for(pilot, lambda: attempts.row_count == 1)
+        await pilot.pause(SETTLE_S)
+
+    assert snap_compare(snapshot_app(seeded_sync), terminal_size=APP_SIZE, run_before=run_before)
+
+
+def test_help_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await loaded(pilot, seeded_sync)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+        await pilot.pause(SETTLE_S)
+
+    assert snap_compare(snapshot_app(seeded_sync), terminal_size=APP_SIZE, run_before=run_before)

@@ -1,0 +1,144 @@
+"""Operator actions shared by every screen: cancel, retry, submit.
+
+Each runs as a Textual worker so the screen keeps answering keys while the ledger
+works, and each turns the ledger's refusals (``Conflict``, ``NotFound``,
+``BadInput``) into a notification in plain words; nothing here can crash the app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core import BadInput, Conflict, IngestDeskError, NotFound, TaskStatus, TaskView
+
+if TYPE_CHECKING:
+    from tui.app import IngestDeskApp
+
+# Statuses worth asking "are you sure?" about: the ledger refuses the rest, and
+# saying why at once beats a confirmation that ends in a refusal.
+ASK_BEFORE_CANCEL = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.RETRY_WAIT})
+
+
+def describe(task: TaskView) -> str:
+    """``ab12cd34 (report.pdf)``."""
+    return f"{task.short_id} ({task.document_name or 'document ' + task.document_id[:8]})"
+
+
+def notify_refusal(app: IngestDeskApp, action: str, exc: Exception) -> None:
+    """A refusal from the ledger (or a fault reaching it), as a notification an
+    operator can act on."""
+    if not isinstance(exc, IngestDeskError):
+        # Not a rule of the ledger: the database or the disk failed. Still words,
+        # never a traceback, and the dashboard carries on.
+        app.notify(
+            f"{type(exc).__name__}: {exc}",
+            title=f"could not {action}",
+            severity="error",
+            timeout=10,
+        )
+        return
+    if isinstance(exc, Conflict):
+        title = f"cannot {action}"
+    elif isinstance(exc, NotFound):
+        title = f"cannot {action}: not found"
+    elif isinstance(exc, BadInput):
+        title = f"cannot {action}: bad input"
+    else:
+        title = f"could not {action}"
+    app.notify(exc.message, title=title, severity="error", timeout=8)
+
+
+def request_cancel(app: IngestDeskApp, task: TaskView) -> None:
+    """Ask to confirm (with an optional reason), then cancel ``task``."""
+    if task.status not in ASK_BEFORE_CANCEL:
+        app.run_worker(
+            _cancel(app, task, None), group="actions", exit_on_error=False, description="cancel"
+        )
+        return
+    from tui.screens.modals import ConfirmScreen
+
+    where = f" at stage {task.stage.value}" if task.status is TaskStatus.RUNNING else ""
+    body = (
+        f"Cancel task {describe(task)}, now {task.status.value}{where}?\n\n"
+        "Its document goes back to draft (it can be submitted again) and loses any "
+        "chunks this run already wrote."
+    )
+
+    def confirmed(reason: str | None) -> None:
+        if reason is not None:
+            app.run_worker(
+                _cancel(app, task, reason or None),
+                group="actions",
+                exit_on_error=False,
+                description="cancel",
+            )
+
+    app.push_screen(
+        ConfirmScreen("Cancel task?", body, confirm_label="Cancel task", ask_reason=True),
+        confirmed,
+    )
+
+
+async def _cancel(app: IngestDeskApp, task: TaskView, reason: str | None) -> None:
+    try:
+        await app.ledger.cancel(task.task_id, actor=app.actor, reason=reason)
+    except Exception as exc:
+        notify_refusal(app, "cancel", exc)
+        return
+    app.notify(f"cancelled {describe(task)}; its document is a draft again", timeout=4)
+    app.poll_soon()
+
+
+def retry_task(app: IngestDeskApp, task: TaskView, reason: str | None = None) -> None:
+    """Requeue a failed task; the ledger explains when its rules refuse."""
+    app.run_worker(
+        _retry(app, task, reason), group="actions", exit_on_error=False, description="retry"
+    )
+
+
+async def _retry(app: IngestDeskApp, task: TaskView, reason: str | None) -> None:
+    try:
+        await app.ledger.retry(task.task_id, actor=app.actor, reason=reason)
+    except Exception as exc:
+        notify_refusal(app, "retry", exc)
+        return
+    app.notify(f"requeued {describe(task)}", timeout=4)
+    app.poll_soon()
+
+
+def submit_paths(app: IngestDeskApp, paths: Sequence[Path]) -> None:
+    """Upload each file and submit it; bad files are reported, good ones go ahead."""
+    app.run_worker(
+        _submit(app, list(paths)), group="actions", exit_on_error=False, description="submit"
+    )
+
+
+async def _submit(app: IngestDeskApp, paths: list[Path]) -> None:
+    submitted: list[str] = []
+    refused: list[str] = []
+    for path in paths:
+        try:
+            document = await app.ledger.upload_path(path)
+            await app.ledger.submit(document.document_id, actor=app.actor)
+        except IngestDeskError as exc:
+            refused.append(exc.message)
+            continue
+        except Exception as exc:  # the disk or the database, not the file
+            refused.append(f"{path}: {type(exc).__name__}: {exc}")
+            continue
+        submitted.append(document.filename)
+    if submitted:
+        names = ", ".join(submitted[:5]) + (
+            f" and {len(submitted) - 5} more" if len(submitted) > 5 else ""
+        )
+        app.notify(f"submitted {len(submitted)}: {names}", timeout=4)
+        app.poll_soon()
+    if refused:
+        app.notify(
+            "\n".join(refused),
+            title=f"{len(refused)} file{'s' if len(refused) > 1 else ''} not submitted",
+            severity="error",
+            timeout=10,
+        )

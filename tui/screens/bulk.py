@@ -1,0 +1,139 @@
+"""Bulk cancel / retry of every task matching the filter (not just the visible rows).
+
+A dry run first says how many tasks are eligible and why the others are not; the
+operator then confirms, optionally with a reason for the audit log. The ledger
+re-checks each task with the same conditional update when it executes, so tasks
+that changed in between are refused, not clobbered; a summary follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+from core import BulkResult, IngestDeskError, TaskFilter
+from tui.filtering import TaskQuery
+
+if TYPE_CHECKING:
+    from tui.app import IngestDeskApp
+
+ACTIONS = ("cancel", "retry")
+
+
+def explain(result: BulkResult) -> str:
+    """``12 of 15 matching are eligible; 3 are not: succeeded 2, failed 1``."""
+    text = f"{result.eligible} of {result.matched} matching are eligible"
+    blocked = sum(result.ineligible.values())
+    if blocked:
+        reasons = "; ".join(f"{why} ({n})" for why, n in sorted(result.ineligible.items()))
+        text += f"; {blocked} are not — {reasons}"
+    return text
+
+
+class BulkScreen(ModalScreen[None]):
+    """Dry run both bulk actions for a filter, then run the one the operator picks."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
+
+    def __init__(self, query: TaskQuery) -> None:
+        super().__init__()
+        self.task_query = query
+        self.results: dict[str, BulkResult] = {}
+
+    @property
+    def desk(self) -> IngestDeskApp:
+        return cast("IngestDeskApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog -wide"):
+            yield Label("Bulk action on every matching task", classes="dialog-title")
+            yield Static(
+                f"filter: {self.task_query.text or '(none: every task in the ledger)'}",
+                classes="dialog-body",
+                markup=False,
+            )
+            yield Static("dry run…", id="dry-cancel", classes="dialog-body", markup=False)
+            yield Static("", id="dry-retry", classes="dialog-body", markup=False)
+            yield Input(placeholder="reason (optional, kept in the audit log)", id="reason")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Cancel matching", variant="error", id="do-cancel", disabled=True)
+                yield Button("Retry matching", variant="warning", id="do-retry", disabled=True)
+                yield Button("Back", id="back")
+            yield Label("tab moves between buttons · esc goes back", classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#reason", Input).focus()
+        self.dry_run()
+
+    def _bulk(self, action: str) -> Callable[..., Awaitable[BulkResult]]:
+        ledger = self.desk.ledger
+        return ledger.bulk_cancel if action == "cancel" else ledger.bulk_retry
+
+    @property
+    def task_filter(self) -> TaskFilter:
+        return self.task_query.filter
+
+    @work(exclusive=True, group="bulk-dry-run", exit_on_error=False, description="bulk dry run")
+    async def dry_run(self) -> None:
+        for action in ACTIONS:
+            label = self.query_one(f"#dry-{action}", Static)
+            try:
+                result = await self._bulk(action)(
+                    self.task_filter, actor=self.desk.actor, reason=None, dry_run=True
+                )
+            except Exception as exc:
+                why = exc.message if isinstance(exc, IngestDeskError) else type(exc).__name__
+                label.update(f"{action}: dry run failed: {why}")
+                continue
+            self.results[action] = result
+            label.update(f"{action}: {explain(result)}")
+            button = self.query_one(f"#do-{action}", Button)
+            button.label = f"{action.capitalize()} {result.eligible} matching"
+            button.disabled = result.eligible == 0
+
+    @on(Button.Pressed, "#do-cancel")
+    def _cancel(self) -> None:
+        self.execute("cancel")
+
+    @on(Button.Pressed, "#do-retry")
+    def _retry(self) -> None:
+        self.execute("retry")
+
+    @work(exclusive=True, group="bulk-run", exit_on_error=False, description="bulk action")
+    async def execute(self, action: str) -> None:
+        desk = self.desk
+        reason = self.query_one("#reason", Input).value.strip() or None
+        for button in self.query(Button):
+            button.disabled = True
+        try:
+            result = await self._bulk(action)(
+                self.task_filter, actor=desk.actor, reason=reason, dry_run=False
+            )
+        except Exception as exc:
+            message = (
+                exc.message if isinstance(exc, IngestDeskError) else f"{type(exc).__name__}: {exc}"
+            )
+            desk.notify(message, title=f"bulk {action} refused", severity="error", timeout=8)
+            self.dismiss(None)
+            return
+        verb = "cancelled" if action == "cancel" else "requeued"
+        summary = f"{verb} {result.done} task{'s' if result.done != 1 else ''}"
+        if result.refused:
+            summary += f"; {result.refused} changed meanwhile and were left alone"
+        blocked = sum(result.ineligible.values())
+        if blocked:
+            summary += f"; {blocked} were not eligible"
+        desk.notify(summary, title=f"bulk {action}", timeout=8)
+        desk.poll_soon()
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#back")
+    def action_back(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,335 @@
+"""The main screen: counts, throughput, the live task table, running tasks, workers."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, RichLog
+
+from core import BadInput, IngestDeskError, TaskView
+from tui.filtering import TaskQuery, parse_query, status_query
+from tui.messages import LedgerChanged
+from tui.mirror import THROUGHPUT_BUCKET_S, THROUGHPUT_BUCKETS
+from tui.widgets.counts import STATUS_KEYS, StatusCounts
+from tui.widgets.filter_bar import FilterBar
+from tui.widgets.running import RunningNow
+from tui.widgets.task_table import TaskTable
+from tui.widgets.throughput import Throughput
+from tui.widgets.workers import WorkersPanel
+
+if TYPE_CHECKING:
+    from tui.app import IngestDeskApp
+
+ROWS_REFRESH_S = 5.0  # seconds between re-renders of ages and stall marks
+BACKFILL_AFTER_S = 2.0  # seconds a short window waits before it is reloaded
+
+
+class DashboardScreen(Screen[None]):
+    """Everything an operator needs at a glance, and the keys to act on it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "submit", "Submit"),
+        Binding("c", "cancel", "Cancel"),
+        Binding("r", "retry", "Retry"),
+        Binding("f", "failures", "Failures"),
+        Binding("enter", "detail", "Detail"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("b", "bulk", "Bulk", tooltip="Cancel or retry everything matching the filter"),
+        *(
+            Binding(key, f"status_filter('{key}')", "0-6 status", show=key == "0")
+            for key in STATUS_KEYS
+        ),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query_filter: TaskQuery = status_query(None)
+        # Monotonic times: throttles, not what is shown.
+        self._rows_refreshed_at = float("-inf")
+        self._short_since: float | None = None
+        self._counted: int | None = None
+
+    @property
+    def desk(self) -> IngestDeskApp:
+        return cast("IngestDeskApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        desk = self.desk
+        yield Header()
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield StatusCounts(id="counts")
+                yield TaskTable(
+                    clock=desk.clock,
+                    stall_after_s=desk.ledger.settings.stall_after_s,
+                    window=desk.window_rows,
+                    id="tasks",
+                )
+                yield FilterBar(id="filter-bar")
+            with Vertical(id="side"):
+                yield Throughput(
+                    bucket_s=THROUGHPUT_BUCKET_S, buckets=THROUGHPUT_BUCKETS, id="throughput"
+                )
+                yield RunningNow(id="running")
+                yield WorkersPanel(id="workers")
+                yield RichLog(id="activity", max_lines=500, wrap=True, markup=False, min_width=20)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#activity", RichLog).border_title = "Worker log"
+        self.query_one("#running", RunningNow).border_title = "Running now"
+        self.query_one("#workers", WorkersPanel).border_title = "Workers"
+        self.query_one(StatusCounts).set_active(None, filtered=False)
+        self._title_table(0)
+        self.query_one(TaskTable).focus()
+        self.reload_window()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def table(self) -> TaskTable:
+        return self.query_one(TaskTable)
+
+    def _title_table(self, shown: int) -> None:
+        table = self.table
+        text = self.query_filter.text
+        total = self._matching_total()
+        of = f" of {total}" if total is not None else ""
+        title = f"Tasks — {text or 'all'}"
+        subtitle = (
+            f"newest {shown}{of} · sort: {table.sort_column}"
+            f"{' ↑' if table.sort_reverse else ''} · o sorts"
+        )
+        if (title, subtitle) != (table.border_title, table.border_subtitle):
+            table.border_title, table.border_subtitle = title, subtitle
+
+    def _matching_total(self) -> int | None:
+        # Counts for "all" and single-status filters are kept live by the mirror;
+        # any other filter is counted once, when its window loads.
+        counts = self.desk.mirror.counts
+        if self.query_filter.empty:
+            return sum(counts.values())
+        status = self.query_filter.status
+        if status is not None:
+            return counts[status]
+        return self._counted
+
+    @work(exclusive=True, group="window", exit_on_error=False, description="load the task window")
+    async def reload_window(self) -> None:
+        """Load the newest matching tasks into the table."""
+        query, ledger = self.query_filter, self.desk.ledger
+        try:
+            tasks = await query.window(ledger, self.desk.window_rows)
+            if not query.empty and query.status is None:
+                self._counted = await ledger.count_tasks(query.filter)
+        except IngestDeskError as exc:
+            self.notify(exc.message, severity="error", title="filter")
+            return
+        self.table.load(tasks, self.desk.clock())
+        self._short_since = None
+        self._title_table(len(self.table.tasks))
+
+    def on_ledger_changed(self, message: LedgerChanged) -> None:
+        desk, now = self.desk, message.now
+        table = self.table
+        table.apply(message.tasks, self.query_filter.matches, now)
+        tick = time.monotonic()
+        if tick - self._rows_refreshed_at >= ROWS_REFRESH_S:
+            table.refresh_rows(now)
+            self._rows_refreshed_at = tick
+        mirror = desk.mirror
+        self.query_one(StatusCounts).update_counts(mirror.counts)
+        self.query_one(Throughput).update_series(
+            mirror.throughput(now), mirror.finished_within(now, 60)
+        )
+        stalled = {t for t, task in mirror.running.items() if mirror.is_stalled(task, now)}
+        self.query_one(RunningNow).update_tasks(mirror.running, stalled)
+        self.query_one(WorkersPanel).show(
+            desk.local_workers(), desk.ledger_workers, now, paused=desk.workers_paused
+        )
+        if message.activity:
+            log = self.query_one("#activity", RichLog)
+            for line in message.activity:
+                log.write(Text(line))
+        if self._short_since is not None and tick - self._short_since >= BACKFILL_AFTER_S:
+            self.reload_window()
+        self._title_table(len(table.tasks))
+
+    def on_task_table_window_short(self, _message: TaskTable.WindowShort) -> None:
+        if self._short_since is None:
+            self._short_since = time.monotonic()
+
+    # --------------------------------------------------------------- filters
+
+    def set_query(self, query: TaskQuery) -> None:
+        self.query_filter = query
+        self._counted = None
+        self.query_one(StatusCounts).set_active(query.status, filtered=not query.empty)
+        self.reload_window()
+
+    def action_status_filter(self, key: str) -> None:
+        status = STATUS_KEYS[key]
+        query = status_query(status)
+        self.query_one(FilterBar).value = query.text
+        self.set_query(query)
+
+    def action_filter(self) -> None:
+        bar = self.query_one(FilterBar)
+        bar.add_class("-open")
+        bar.focus()
+
+    @on(FilterBar.Applied)
+    def _filter_applied(self, message: FilterBar.Applied) -> None:
+        try:
+            query = parse_query(message.text)
+        except BadInput as exc:
+            message.bar.add_class("-invalid")
+            self.notify(exc.message, severity="error", title="filter")
+            return
+        message.bar.remove_class("-invalid", "-open")
+        self.set_query(query)
+        self.table.focus()
+
+    @on(FilterBar.Dismissed)
+    def _filter_dismissed(self, message: FilterBar.Dismissed) -> None:
+        message.bar.value = self.query_filter.text
+        message.bar.remove_class("-invalid", "-open")
+        self.table.focus()
+
+    # --------------------------------------------------------------- actions
+
+    def _selected(self) -> TaskView | None:
+        task = self.table.selected
+        if task is None:
+            self.notify("no task selected", severity="warning")
+        return task
+
+    def action_detail(self) -> None:
+        task = self._selected()
+        if task is not None:
+            self.open_detail(task.task_id)
+
+    def open_detail(self, task_id: str) -> None:
+        from tui.screens.task_detail import TaskDetailScreen
+
+        self.app.push_screen(TaskDetailScreen(task_id))
+
+    @on(DataTable.RowSelected, "#tasks")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.open_detail(str(event.row_key.value))
+
+    def action_failures(self) -> None:
+        from tui.screens.failures import FailuresScreen
+
+        self.app.push_screen(FailuresScreen())
+
+    def action_cancel(self) -> None:
+        if self.desk.refuse_if_read_only("cancel tasks"):
+            return
+        task = self._selected()
+        if task is not None:
+            from tui.screens.actions import request_cancel
+
+            request_cancel(self.desk, task)
+
+    def action_retry(self) -> None:
+        if self.desk.refuse_if_read_only("retry tasks"):
+            return
+        task = self._selected()
+        if task is not None:
+            from tui.screens.actions import retry_task
+
+            retry_task(self.desk, task)
+
+    def action_submit(self) -> None:
+        if self.desk.refuse_if_read_only("submit files"):
+            return
+        from tui.screens.submit import SubmitScreen
+
+        self.app.push_screen(SubmitScreen(Path.cwd()), self._submit_paths)
+
+    def _submit_paths(self, text: str | None) -> None:
+        if not text:
+            return
+        try:
+            paths = shlex.split(text)
+        except ValueError as exc:
+            self.notify(f"cannot read the paths: {exc}", severity="error")
+            return
+        from tui.screens.actions import submit_paths
+
+        submit_paths(self.desk, [Path(p).expanduser() for p in paths])
+
+    def action_bulk(self) -> None:
+        if self.desk.refuse_if_read_only("change tasks in bulk"):
+            return
+        from tui.screens.bulk import BulkScreen
+
+        self.app.push_screen(BulkScreen(self.query_filter))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        from tui.app import MUTATING_ACTIONS
+
+        return not (self.desk.read_only and action in MUTATING_ACTIONS)
+
+    def palette_commands(self) -> list[tuple[str, str, str, Callable[[], object]]]:
+        """(title, help, action, callback) for the command palette."""
+        return [
+            (
+                "Submit files",
+                "Upload files and submit each for ingestion",
+                "submit",
+                self.action_submit,
+            ),
+            (
+                "Cancel selected task",
+                "Asks to confirm; the document goes back to draft",
+                "cancel",
+                self.action_cancel,
+            ),
+            ("Retry selected task", "Requeue a failed task", "retry", self.action_retry),
+            (
+                "Failures",
+                "Failures grouped by error code and stage",
+                "failures",
+                self.action_failures,
+            ),
+            (
+                "Task detail",
+                "Fields, attempt history and chunks of the selected task",
+                "detail",
+                self.action_detail,
+            ),
+            (
+                "Filter tasks",
+                "Words and field:value terms, ! negates",
+                "filter",
+                self.action_filter,
+            ),
+            (
+                "Bulk cancel / retry",
+                "Act on every task matching the filter (dry run first)",
+                "bulk",
+                self.action_bulk,
+            ),
+            *(
+                (
+                    f"Show {'all tasks' if status is None else status.value + ' tasks'}",
+                    f"Status filter (key {key})",
+                    "status_filter",
+                    (lambda k=key: self.action_status_filter(k)),
+                )
+                for key, status in STATUS_KEYS.items()
+            ),
+        ]

@@ -1,0 +1,235 @@
+"""Failures: failed tasks grouped by error code then stage, with what each code
+means and what to do about it (the same table the README and ``ingestdesk errors``
+print). Enter on a group lists its tasks; enter on a task opens its detail."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from core import ERRORS, ErrorCode, FailureGroup, IngestDeskError, Stage, TaskStatus, TaskView
+from tui.format import clock_time, shorten, when
+from tui.messages import LedgerChanged
+
+if TYPE_CHECKING:
+    from tui.app import IngestDeskApp
+
+GROUP_TASKS_MAX = 500  # tasks listed for one group
+RELOAD_AFTER_S = 1.0  # seconds between reloads while failures keep arriving
+MEANING_WIDTH = 70  # characters of an error code's meaning in the groups table
+
+
+def group_key(code: ErrorCode, stage: Stage) -> str:
+    return f"{code.value}|{stage.value}"
+
+
+class FailuresScreen(Screen[None]):
+    """Triage: which failures, how many, since when, and what to do."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("enter", "open", "Open"),
+        Binding("r", "retry", "Retry task"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.groups: dict[str, FailureGroup] = {}
+        self.tasks: dict[str, TaskView] = {}
+        self.current_group: str | None = None
+        self._loaded_at = float("-inf")  # monotonic
+        self._stale = False
+
+    @property
+    def desk(self) -> IngestDeskApp:
+        return cast("IngestDeskApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="failures"):
+            yield DataTable(id="failure-groups", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="failure-advice")
+            yield DataTable(id="failure-tasks", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        groups = self.query_one("#failure-groups", DataTable)
+        groups.border_title = "Failed tasks by error code and stage"
+        for key, label, width in (
+            ("code", "Error code", 20),
+            ("stage", "Stage", 10),
+            ("count", "Count", 6),
+            ("first", "First seen (UTC)", 19),
+            ("last", "Last seen (UTC)", 19),
+            ("meaning", "What it means", MEANING_WIDTH),
+        ):
+            groups.add_column(label, key=key, width=width)
+        tasks = self.query_one("#failure-tasks", DataTable)
+        tasks.border_title = "Tasks in this group (enter opens one)"
+        for key, label, width in (
+            ("id", "ID", 8),
+            ("name", "Document", 30),
+            ("attempt", "Try", 3),
+            ("detail", "Detail", 40),
+            ("updated", "Failed at", 9),
+        ):
+            tasks.add_column(label, key=key, width=width)
+        self.query_one("#failure-advice").border_title = "What to do"
+        groups.focus()
+        self.load_groups()
+
+    # ------------------------------------------------------------------ data
+
+    @work(exclusive=True, group="failure-groups", exit_on_error=False, description="load failures")
+    async def load_groups(self) -> None:
+        try:
+            groups = await self.desk.ledger.failure_groups()
+        except IngestDeskError as exc:
+            self.notify(exc.message, severity="error")
+            return
+        self._loaded_at = time.monotonic()
+        self._stale = False
+        table = self.query_one("#failure-groups", DataTable)
+        selected = self.current_group
+        self.groups = {group_key(g.error_code, g.stage): g for g in groups}
+        table.clear()
+        for key, group in self.groups.items():
+            table.add_row(
+                Text(group.error_code.value, style="bold"),
+                group.stage.value,
+                str(group.count),
+                when(group.first_seen),
+                when(group.last_seen),
+                Text(shorten(ERRORS[group.error_code].meaning, MEANING_WIDTH)),
+                key=key,
+            )
+        if not self.groups:
+            self.current_group = None
+            self.query_one("#failure-advice", Static).update(Text("no failed tasks", style="dim"))
+            self.query_one("#failure-tasks", DataTable).clear()
+            return
+        if selected in self.groups:
+            table.move_cursor(row=table.get_row_index(selected), animate=False)
+        self._show_group(selected if selected in self.groups else next(iter(self.groups)))
+
+    def _show_group(self, key: str) -> None:
+        group = self.groups.get(key)
+        if group is None:
+            return
+        changed = key != self.current_group
+        self.current_group = key
+        info = ERRORS[group.error_code]
+        advice = Text()
+        advice.append(f"{group.error_code.value}", style="bold")
+        advice.append(f" at {group.stage.value}: {info.meaning}\n")
+        advice.append("what to do: ", style="bold")
+        advice.append(info.advice)
+        advice.append(
+            "\nretried automatically while attempts remain"
+            if info.transient
+            else "\nnot retried automatically",
+            style="italic",
+        )
+        self.query_one("#failure-advice", Static).update(advice)
+        self.load_tasks(group, reset_cursor=changed)
+
+    @work(exclusive=True, group="failure-tasks", exit_on_error=False, description="load group")
+    async def load_tasks(self, group: FailureGroup, reset_cursor: bool) -> None:
+        try:
+            tasks = await self.desk.ledger.list_tasks(
+                status=TaskStatus.FAILED, error_code=group.error_code, limit=GROUP_TASKS_MAX
+            )
+        except IngestDeskError as exc:
+            self.notify(exc.message, severity="error")
+            return
+        table = self.query_one("#failure-tasks", DataTable)
+        keep = None if reset_cursor else table.cursor_row
+        self.tasks = {t.task_id: t for t in tasks if t.stage is group.stage}
+        table.clear()
+        for task in self.tasks.values():
+            table.add_row(
+                Text(task.short_id),
+                Text(shorten(task.document_name or task.document_id[:8], 30)),
+                str(task.attempt),
+                Text(shorten(task.error_detail or "", 40)),
+                clock_time(task.updated_at),
+                key=task.task_id,
+            )
+        table.border_subtitle = f"{len(self.tasks)} of {group.count}"
+        if keep is not None and self.tasks:
+            table.move_cursor(row=min(keep, len(self.tasks) - 1), animate=False)
+
+    def on_ledger_changed(self, message: LedgerChanged) -> None:
+        # Polls arrive even when nothing changed, so a reload held back by the
+        # throttle still happens on a later one.
+        if any(t.status is TaskStatus.FAILED or t.task_id in self.tasks for t in message.tasks):
+            self._stale = True
+        if self._stale and time.monotonic() - self._loaded_at >= RELOAD_AFTER_S:
+            self._stale = False
+            self.load_groups()
+
+    # ------------------------------------------------------------- navigation
+
+    @on(DataTable.RowHighlighted, "#failure-groups")
+    def _group_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None:
+            self._show_group(str(event.row_key.value))
+
+    @on(DataTable.RowSelected, "#failure-groups")
+    def _group_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self._show_group(str(event.row_key.value))
+        self.query_one("#failure-tasks", DataTable).focus()
+
+    @on(DataTable.RowSelected, "#failure-tasks")
+    def _task_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self._open_task(str(event.row_key.value))
+
+    def _open_task(self, task_id: str) -> None:
+        from tui.screens.task_detail import TaskDetailScreen
+
+        self.app.push_screen(TaskDetailScreen(task_id))
+
+    def _selected_task(self) -> TaskView | None:
+        table = self.query_one("#failure-tasks", DataTable)
+        if not table.row_count:
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return self.tasks.get(str(row_key.value))
+
+    def action_open(self) -> None:
+        if self.focused is self.query_one("#failure-tasks", DataTable):
+            task = self._selected_task()
+            if task is not None:
+                self._open_task(task.task_id)
+        elif self.current_group is not None:
+            self.query_one("#failure-tasks", DataTable).focus()
+
+    def action_retry(self) -> None:
+        if self.desk.refuse_if_read_only("retry tasks"):
+            return
+        task = self._selected_task()
+        if task is None:
+            self.notify("no failed task selected", severity="warning")
+            return
+        from tui.screens.actions import retry_task
+
+        retry_task(self.desk, task)
+
+    def action_back(self) -> None:
+        if self.focused is self.query_one("#failure-tasks", DataTable):
+            self.query_one("#failure-groups", DataTable).focus()
+            return
+        self.dismiss(None)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (self.desk.read_only and action == "retry")

@@ -1,0 +1,135 @@
+"""Help: every key, the two state machines and the error codes, from the same
+tables core uses (nothing here is a second copy that could drift)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from core import ERRORS, PAIRED_DOCUMENT_STATUS, TASK_MEANING, DocumentStatus
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("s", "submit files: type paths (→ completes), several at once; upload + submit"),
+    ("c", "cancel the selected task (asks to confirm, takes a reason)"),
+    ("r", "retry the selected failed task"),
+    ("f", "failures grouped by error code and stage; enter drills down"),
+    ("enter", "detail of the selected task: fields, attempts, events, chunks"),
+    ("/", "filter bar: words and field:value terms, ! negates; esc closes"),
+    ("0 … 6", "show all, queued, running, retry_wait, failed, succeeded, cancelled"),
+    ("b", "bulk cancel / retry of every task matching the filter (dry run first)"),
+    ("o", "sort the table by the next column (or click a header)"),
+    ("w / W", "start one more / stop the newest in-process worker"),
+    ("p", "pause / resume the in-process workers (running tasks finish)"),
+    ("R", "claim race: two workers try to claim one new task at once"),
+    ("ctrl+p", "command palette: every action by name"),
+    ("?", "this help"),
+    ("esc", "back / close"),
+    ("q", "quit: workers stop and hand their running tasks back to the queue"),
+)
+
+# What each document status means; the pairing with task statuses comes from core.
+DOCUMENT_MEANING: dict[DocumentStatus, str] = {
+    DocumentStatus.DRAFT: "uploaded (or its run was cancelled); may be submitted",
+    DocumentStatus.PROCESSING: "a task is queued, running or waiting to retry",
+    DocumentStatus.REVIEW_PENDING: "chunks are ready; a human decides to publish",
+    DocumentStatus.PUBLISHED: "approved: its chunks are searchable",
+    DocumentStatus.FAILED: "its task failed; retry the task or upload again",
+}
+
+TRANSITIONS = (
+    "queued → running → succeeded | failed | retry_wait | cancelled;  "
+    "retry_wait → running when due;  failed → queued by an operator's retry;  "
+    "queued, running, retry_wait → cancelled by an operator."
+)
+FILTER_HELP = (
+    "Filter terms: status:failed code:parse_error stage:embedding attempt:>1 worker:w1 "
+    "name:report id:ab12 document:cd34; bare words match the name, id or error code; "
+    "! negates a term. Same syntax as ingestdesk tasks --filter."
+)
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        expand=True,
+        pad_edge=False,
+    )
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def keys_table() -> Table:
+    table = _table("Keys", "key", "action")
+    for key, action in KEYS:
+        table.add_row(Text(key, style="bold"), Text(action))
+    return table
+
+
+def task_states_table() -> Table:
+    table = _table("Task states: how far one execution got", "task", "meaning", "document")
+    for status, meaning in TASK_MEANING.items():
+        table.add_row(
+            Text(status.value, style="bold"),
+            Text(meaning),
+            Text(PAIRED_DOCUMENT_STATUS[status].value),
+        )
+    return table
+
+
+def document_states_table() -> Table:
+    table = _table("Document states: may this version be searched", "document", "meaning")
+    for status in DocumentStatus:
+        table.add_row(Text(status.value, style="bold"), Text(DOCUMENT_MEANING[status]))
+    return table
+
+
+def errors_table() -> Table:
+    table = _table("Error codes", "code", "what it means", "what to do", "auto retry")
+    for info in ERRORS.values():
+        table.add_row(
+            Text(info.code.value, style="bold"),
+            Text(info.meaning),
+            Text(info.advice),
+            Text("yes" if info.transient else "no"),
+        )
+    return table
+
+
+class HelpScreen(Screen[None]):
+    """Keys, state machines and error codes."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("question_mark", "back", "Back", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="help"):
+            with Horizontal(id="help-top"):
+                yield Static(keys_table(), id="help-keys")
+                with Vertical(id="help-states"):
+                    yield Static(task_states_table(), id="help-task-states")
+                    yield Static(Text(TRANSITIONS), id="help-transitions")
+                    yield Static(document_states_table(), id="help-document-states")
+            yield Static(errors_table(), id="help-errors")
+            yield Static(Text(FILTER_HELP), id="help-filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#help").focus()
+
+    def action_back(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,67 @@
+"""Small modal dialogs: confirm (with an optional reason for the audit log)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+class ConfirmScreen(ModalScreen[str | None]):
+    """Ask before a change. Dismisses with the reason typed ("" when none) on
+    confirm, or None when the operator backs out.
+
+    Args:
+        title: The question, short.
+        body: What will happen, in plain words.
+        confirm_label: The confirm button's label.
+        ask_reason: Offer a reason Input (recorded in the audit log).
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
+
+    def __init__(
+        self, title: str, body: str, *, confirm_label: str = "Confirm", ask_reason: bool = False
+    ) -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+        self.confirm_label = confirm_label
+        self.ask_reason = ask_reason
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            yield Static(self.body, classes="dialog-body", markup=False)
+            if self.ask_reason:
+                yield Input(placeholder="reason (optional, kept in the audit log)", id="reason")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button(self.confirm_label, variant="error", id="confirm")
+                yield Button("Back", id="back")
+            yield Label("enter confirms · esc goes back", classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        if self.ask_reason:
+            self.query_one("#reason", Input).focus()
+        else:
+            self.query_one("#confirm", Button).focus()
+
+    def _reason(self) -> str:
+        return self.query_one("#reason", Input).value.strip() if self.ask_reason else ""
+
+    @on(Input.Submitted, "#reason")
+    def _submitted(self) -> None:
+        self.dismiss(self._reason())
+
+    @on(Button.Pressed, "#confirm")
+    def _confirm(self) -> None:
+        self.dismiss(self._reason())
+
+    @on(Button.Pressed, "#back")
+    def action_back(self) -> None:
+        self.dismiss(None)

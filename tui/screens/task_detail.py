@@ -1,0 +1,297 @@
+"""Task detail: every field, the document's status, the attempt history from the
+ledger's event log (one row per attempt), every event with its actor and reason,
+and a preview of the first chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from core import (
+    ERRORS,
+    PAIRED_DOCUMENT_STATUS,
+    TASK_MEANING,
+    ChunkView,
+    DocumentView,
+    IngestDeskError,
+    NotFound,
+    TaskEventView,
+    TaskStatus,
+    TaskView,
+)
+from tui.format import age, shorten, when
+from tui.messages import LedgerChanged
+
+if TYPE_CHECKING:
+    from tui.app import IngestDeskApp
+
+CHUNK_PREVIEW = 5  # chunks shown
+CHUNK_PREVIEW_CHARS = 240  # characters of each chunk shown
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a task, reconstructed from its events."""
+
+    number: int
+    worker: str
+    started_at: float
+    ended_at: float | None = None
+    stage: str = ""
+    outcome: str = "running"
+    error_code: str = ""
+
+
+def attempts_from(history: Sequence[TaskEventView]) -> list[Attempt]:
+    """Group events per attempt: a claim (→ running) opens one, the next event that
+    leaves running for the same attempt closes it."""
+    found: list[Attempt] = []
+    for event in history:
+        if event.to_status is TaskStatus.RUNNING:
+            found.append(Attempt(event.attempt, event.actor, event.at, stage=event.stage.value))
+        elif (
+            event.from_status is TaskStatus.RUNNING
+            and found
+            and found[-1].number == event.attempt
+            and found[-1].ended_at is None
+        ):
+            last = found[-1]
+            found[-1] = Attempt(
+                last.number,
+                last.worker,
+                last.started_at,
+                event.at,
+                event.stage.value,
+                event.to_status.value,
+                event.error_code.value if event.error_code else "",
+            )
+    return found
+
+
+class TaskDetailScreen(Screen[None]):
+    """All there is to know about one task."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("c", "cancel", "Cancel"),
+        Binding("r", "retry", "Retry"),
+    ]
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__()
+        self.task_id = task_id
+        self.task_view: TaskView | None = None
+
+    @property
+    def desk(self) -> IngestDeskApp:
+        return cast("IngestDeskApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="detail"):
+            yield Static("loading…", id="detail-fields")
+            yield DataTable(id="detail-attempts", cursor_type="row", zebra_stripes=True)
+            yield DataTable(id="detail-events", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="detail-chunks")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        attempts = self.query_one("#detail-attempts", DataTable)
+        attempts.border_title = "Attempts"
+        for key, label in (
+            ("n", "#"),
+            ("worker", "Worker"),
+            ("start", "Started"),
+            ("end", "Ended"),
+            ("took", "Took"),
+            ("stage", "Stage reached"),
+            ("outcome", "Outcome"),
+            ("code", "Error code"),
+        ):
+            attempts.add_column(label, key=key)
+        events = self.query_one("#detail-events", DataTable)
+        events.border_title = "Events (audit log)"
+        for key, label in (
+            ("at", "When (UTC)"),
+            ("actor", "Actor"),
+            ("change", "Change"),
+            ("stage", "Stage"),
+            ("attempt", "Try"),
+            ("code", "Error code"),
+            ("reason", "Reason"),
+        ):
+            events.add_column(label, key=key)
+        self.query_one("#detail-fields").border_title = f"Task {self.task_id[:8]}"
+        self.query_one("#detail-chunks").border_title = f"First {CHUNK_PREVIEW} chunks"
+        self.load()
+
+    def on_ledger_changed(self, message: LedgerChanged) -> None:
+        if any(t.task_id == self.task_id for t in message.tasks):
+            self.load()
+
+    @work(exclusive=True, group="detail", exit_on_error=False, description="load task detail")
+    async def load(self) -> None:
+        ledger = self.desk.ledger
+        try:
+            task = await ledger.get_task(self.task_id)
+            history = await ledger.task_history(task.task_id)
+        except IngestDeskError as exc:
+            self.query_one("#detail-fields", Static).update(Text(exc.message))
+            return
+        document: DocumentView | None = None
+        chunks: list[ChunkView] = []
+        try:
+            document = await ledger.get_document(task.document_id)
+            chunks = await ledger.chunks(task.document_id, limit=CHUNK_PREVIEW)
+        except NotFound:
+            pass
+        self.task_view = task
+        now = self.desk.clock()
+        self.query_one("#detail-fields", Static).update(self._fields(task, document, now))
+        self._fill_attempts(attempts_from(history))
+        self._fill_events(history)
+        self.query_one("#detail-chunks", Static).update(self._chunks(chunks, task))
+
+    def _fields(self, task: TaskView, document: DocumentView | None, now: float) -> Table:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column()
+        stalled = (
+            task.status is TaskStatus.RUNNING
+            and task.progress_at is not None
+            and now - task.progress_at > self.desk.ledger.settings.stall_after_s
+        )
+        status = Text(task.status.value, style="bold")
+        status.append(f" — {TASK_MEANING[task.status]}", style="")
+        if stalled:
+            status.append("  ⚠ stalled: no progress for a while", style="bold")
+        rows: list[tuple[str, Text | str]] = [
+            ("task", task.task_id),
+            ("status", status),
+            ("stage", f"{task.stage.value} {task.completed}/{task.total}"),
+            ("attempt", f"{task.attempt}  (automatic attempts allowed: {task.max_attempts})"),
+            ("worker", task.worker_id or "-"),
+            ("lease expires", when(task.lease_expires_at)),
+            ("next attempt", when(task.next_attempt_at)),
+            ("last progress", when(task.progress_at)),
+            ("created", f"{when(task.created_at)} ({age(now - task.created_at)} ago)"),
+            ("updated", when(task.updated_at)),
+            ("revision", str(task.revision)),
+        ]
+        if task.error_code is not None:
+            info = ERRORS[task.error_code]
+            error = Text(task.error_code.value, style="bold")
+            if task.error_detail:
+                error.append(f" ({task.error_detail})")
+            rows += [
+                ("error", error),
+                ("meaning", info.meaning),
+                ("what to do", info.advice),
+            ]
+        if task.options:
+            rows.append(("options", " ".join(f"{k}={v}" for k, v in sorted(task.options.items()))))
+        if document is None:
+            rows.append(("document", f"{task.document_id} (no longer in the ledger)"))
+        else:
+            paired = PAIRED_DOCUMENT_STATUS[task.status]
+            doc_status = Text(document.status.value, style="bold")
+            if document.status is not paired:
+                # Another, newer task may own the document now; say so plainly.
+                doc_status.append(f"  (this task alone would pair it with {paired.value})")
+            rows += [
+                ("document", f"{document.document_id}  {document.filename}"),
+                ("document status", doc_status),
+                ("kind / size", f"{document.kind.value}, {document.size:,} bytes"),
+                ("row version", str(document.version)),
+                ("sha256", document.sha256),
+            ]
+        for label, value in rows:
+            grid.add_row(label, value if isinstance(value, Text) else Text(value))
+        return grid
+
+    def _fill_attempts(self, attempts: list[Attempt]) -> None:
+        table = self.query_one("#detail-attempts", DataTable)
+        table.clear()
+        for attempt in attempts:
+            took = (
+                "-" if attempt.ended_at is None else f"{attempt.ended_at - attempt.started_at:.1f}s"
+            )
+            table.add_row(
+                str(attempt.number),
+                Text(attempt.worker),
+                when(attempt.started_at),
+                when(attempt.ended_at),
+                took,
+                attempt.stage,
+                attempt.outcome,
+                attempt.error_code or "-",
+            )
+        if not attempts:
+            table.add_row("-", Text("no attempt yet"), "", "", "", "", "", "")
+
+    def _fill_events(self, history: Sequence[TaskEventView]) -> None:
+        table = self.query_one("#detail-events", DataTable)
+        table.clear()
+        for event in history:
+            source = event.from_status.value if event.from_status else "new"
+            change = f"{source} → {event.to_status.value}"
+            table.add_row(
+                when(event.at),
+                Text(event.actor),
+                change,
+                event.stage.value,
+                str(event.attempt),
+                event.error_code.value if event.error_code else "-",
+                Text(event.reason or ""),
+            )
+
+    @staticmethod
+    def _chunks(chunks: Sequence[ChunkView], task: TaskView) -> Text:
+        if not chunks:
+            why = (
+                "the document has no chunks yet"
+                if task.status is not TaskStatus.SUCCEEDED
+                else "the document's chunks were replaced or removed"
+            )
+            return Text(why, style="dim")
+        text = Text()
+        for chunk in chunks:
+            page = f"page {chunk.page}" if chunk.page is not None else "text"
+            text.append(
+                f"#{chunk.ordinal} {page} [{chunk.char_start}:{chunk.char_end}]\n", style="bold"
+            )
+            body = " ".join(chunk.text.split())
+            text.append(shorten(body, CHUNK_PREVIEW_CHARS) + "\n\n")
+        return text
+
+    # --------------------------------------------------------------- actions
+
+    def action_back(self) -> None:
+        self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        if self.desk.refuse_if_read_only("cancel tasks") or self.task_view is None:
+            return
+        from tui.screens.actions import request_cancel
+
+        request_cancel(self.desk, self.task_view)
+
+    def action_retry(self) -> None:
+        if self.desk.refuse_if_read_only("retry tasks") or self.task_view is None:
+            return
+        from tui.screens.actions import retry_task
+
+        retry_task(self.desk, self.task_view)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (self.desk.read_only and action in ("cancel", "retry"))

@@ -1,0 +1,69 @@
+"""Counts per task status, one box each, with the key that filters on it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Digits, Static
+
+from core import TaskStatus
+
+# The single keys that filter the table on a status; 0 shows every status.
+STATUS_KEYS: dict[str, TaskStatus | None] = {
+    "0": None,
+    "1": TaskStatus.QUEUED,
+    "2": TaskStatus.RUNNING,
+    "3": TaskStatus.RETRY_WAIT,
+    "4": TaskStatus.FAILED,
+    "5": TaskStatus.SUCCEEDED,
+    "6": TaskStatus.CANCELLED,
+}
+
+
+def _class(status: TaskStatus | None) -> str:
+    return "-all" if status is None else f"-{status.value.replace('_', '-')}"
+
+
+class StatusCount(Static):
+    """One status: its name and key in the border, its count in big digits."""
+
+    def __init__(self, key: str, status: TaskStatus | None) -> None:
+        super().__init__(classes=f"status-count {_class(status)}")
+        self.status = status
+        self.border_title = f"{key} {'all' if status is None else status.value}"
+
+    def compose(self) -> ComposeResult:
+        yield Digits("0")
+
+    def set_count(self, count: int) -> None:
+        self.query_one(Digits).update(str(count))
+        self.set_class(count == 0, "-zero")
+
+
+class StatusCounts(Horizontal):
+    """A row of :class:`StatusCount` boxes; the active status filter is highlighted."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._shown: dict[TaskStatus, int] | None = None
+
+    def compose(self) -> ComposeResult:
+        for key, status in STATUS_KEYS.items():
+            yield StatusCount(key, status)
+
+    def update_counts(self, counts: Mapping[TaskStatus, int]) -> None:
+        # Called on every poll; only a change is worth a repaint.
+        if self._shown == counts:
+            return
+        self._shown = dict(counts)
+        total = sum(counts.values())
+        for box in self.query(StatusCount):
+            box.set_count(total if box.status is None else counts.get(box.status, 0))
+
+    def set_active(self, status: TaskStatus | None, *, filtered: bool) -> None:
+        """Highlight the box of the status the table is filtered on (``filtered``
+        False with ``status`` None: no filter at all, highlight "all")."""
+        for box in self.query(StatusCount):
+            box.set_class(box.status == status and (filtered or status is None), "-active")
