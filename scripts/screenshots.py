@@ -1,0 +1,157 @@
+"""Take the README's screenshots from the real dashboard on a demo ledger.
+
+    python scripts/screenshots.py [--out screenshots] [--png]
+
+Builds a demo ledger in a temporary folder (``core.demo``), runs the app headlessly
+with two in-process workers parsing the demo corpus, drives it with Textual's Pilot
+and saves one SVG per screen: main, failures, detail, race and help. With ``--png``
+(and cairosvg installed) a PNG of each is written too, for a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from textual.pilot import Pilot  # noqa: E402
+
+from core import Ledger, TaskStatus  # noqa: E402
+from core.demo import RETRY_DOCUMENT, build_demo_async  # noqa: E402
+from tui.app import IngestDeskApp  # noqa: E402
+from tui.screens.dashboard import DashboardScreen  # noqa: E402
+from tui.screens.failures import FailuresScreen  # noqa: E402
+from tui.screens.help import HelpScreen  # noqa: E402
+from tui.screens.race import RaceScreen  # noqa: E402
+from tui.screens.task_detail import TaskDetailScreen  # noqa: E402
+from tui.widgets.task_table import TaskTable  # noqa: E402
+
+SIZE = (160, 48)  # columns, rows
+WAIT_S = 60.0  # seconds any one step may take
+SETTLE_S = 0.6  # seconds for a screen to finish painting before its picture
+
+
+async def until(pilot: Pilot[Any], predicate: Callable[[], bool], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not predicate():
+        if loop.time() > deadline:
+            raise SystemExit(f"screenshots: timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+async def shoot(out: Path, png: bool) -> list[Path]:
+    saved: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="ingestdesk-demo-") as folder:
+        settings = await build_demo_async(Path(folder) / "demo")
+        ledger = await Ledger.open(settings)
+        app = IngestDeskApp(ledger, workers=2, worker_prefix="demo", actor="operator")
+        app.sub_title = "demo/ledger.db"
+
+        async def save(name: str, settle_s: float = SETTLE_S) -> None:
+            await pilot.pause(settle_s)
+            path = Path(app.save_screenshot(f"{name}.svg", path=str(out)))
+            saved.append(path)
+
+        try:
+            async with app.run_test(size=SIZE) as pilot:
+
+                def count(status: TaskStatus) -> int:
+                    return app.mirror.counts[status]
+
+                await until(
+                    pilot,
+                    lambda: count(TaskStatus.SUCCEEDED) >= 8 and count(TaskStatus.RUNNING) >= 2,
+                    "work to flow",
+                )
+                await save("main", settle_s=0.1)
+
+                idle = (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.RETRY_WAIT)
+                await until(pilot, lambda: not any(count(s) for s in idle), "the queue to drain")
+                await pilot.press("f")
+                await until(pilot, lambda: isinstance(app.screen, FailuresScreen), "failures")
+                failures = app.screen
+                assert isinstance(failures, FailuresScreen)
+                await until(pilot, lambda: len(failures.groups) >= 3, "failure groups")
+                await until(pilot, lambda: bool(failures.tasks), "the group's tasks")
+                await save("failures")
+                await pilot.press("escape")
+
+                # The demo's file that needs a retry: retry it, then open its detail,
+                # which now shows the failed first attempt and the successful second.
+                await until(pilot, lambda: isinstance(app.screen, DashboardScreen), "main")
+                table = app.screen.query_one(TaskTable)
+                retry = next(t for t in table.tasks.values() if t.document_name == RETRY_DOCUMENT)
+                table.move_cursor(row=table.get_row_index(retry.task_id))
+                await pilot.press("r")
+                await until(
+                    pilot,
+                    lambda: table.tasks[retry.task_id].status is TaskStatus.SUCCEEDED,
+                    "the retried task to succeed",
+                )
+                await pilot.press("enter")
+                await until(pilot, lambda: isinstance(app.screen, TaskDetailScreen), "detail")
+                detail = app.screen
+                await until(
+                    pilot,
+                    lambda: detail.query_one("#detail-attempts").row_count == 2,  # type: ignore[attr-defined]
+                    "two attempts",
+                )
+                await save("detail")
+                await pilot.press("escape")
+
+                await pilot.press("R")
+                await until(pilot, lambda: isinstance(app.screen, RaceScreen), "the race")
+                race = app.screen
+                assert isinstance(race, RaceScreen)
+                await until(pilot, lambda: race.outcome is not None, "the race result")
+                await pilot.pause(1.0)  # let the winner finish its stages in its log
+                await save("race")
+                await pilot.press("escape")
+
+                await pilot.press("question_mark")
+                await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+                await save("help")
+                await pilot.press("escape", "q")
+                await until(pilot, lambda: not app.is_running, "the app to quit")
+        finally:
+            await ledger.close()
+    if png:
+        saved += to_png(saved)
+    return saved
+
+
+def to_png(svgs: list[Path]) -> list[Path]:
+    try:
+        import cairosvg  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        print("screenshots: cairosvg is not installed; skipping PNGs", file=sys.stderr)
+        return []
+    pngs = []
+    for svg in svgs:
+        png = svg.with_suffix(".png")
+        cairosvg.svg2png(url=str(svg), write_to=str(png), output_width=1600)
+        pngs.append(png)
+    return pngs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
+    parser.add_argument("--png", action="store_true", help="also write PNGs (needs cairosvg)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for path in asyncio.run(shoot(args.out, args.png)):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
