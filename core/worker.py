@@ -68,6 +68,7 @@ class Worker:
         embedder: Embedder | None = None,
         options: PipelineOptions | None = None,
         concurrency: int = 1,
+        parsers: int | None = None,
         lease_s: float | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
         register: bool = True,
@@ -79,7 +80,9 @@ class Worker:
         self.concurrency = concurrency
         self.lease_s = ledger.settings.lease_s if lease_s is None else lease_s
         self._own_pool = pool is None
-        self.pool = pool if pool is not None else ParserPool(workers=concurrency)
+        # With more tasks in flight than parser processes, the next document is
+        # parsed while the last one is embedded and indexed.
+        self.pool = pool if pool is not None else ParserPool(workers=parsers or concurrency)
         self.pipeline = Pipeline(ledger, self.pool, embedder or HashingEmbedder(), options)
         self.on_event = on_event
         self.register = register
@@ -306,7 +309,15 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--until-idle", action="store_true", help="drain everything claimable, then exit"
     )
-    parser.add_argument("--concurrency", type=int, default=1, help="tasks run at once")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=2,
+        help="tasks in flight at once (default 2: the next is parsed while the last is indexed)",
+    )
+    parser.add_argument(
+        "--parsers", type=int, default=1, help="parser processes (default 1, one core's worth)"
+    )
     parser.add_argument("--worker-id", help="name shown in the ledger (default host-pid)")
     parser.add_argument("--lease", type=float, help="lease in seconds (default 30)")
     parser.add_argument("--parser", choices=["pypdf", "pdfium"], default="pypdf")
@@ -319,6 +330,8 @@ async def run_worker_command(settings: Settings, args: argparse.Namespace, out: 
 
     if args.concurrency < 1:
         raise BadInput("--concurrency must be at least 1")
+    if args.parsers < 1:
+        raise BadInput("--parsers must be at least 1")
     if args.lease is not None and args.lease <= 0:
         raise BadInput("--lease must be positive")
     if args.parser == "pdfium":
@@ -338,6 +351,7 @@ async def run_worker_command(settings: Settings, args: argparse.Namespace, out: 
         ledger,
         args.worker_id,
         concurrency=args.concurrency,
+        parsers=min(args.parsers, args.concurrency),
         lease_s=args.lease,
         options=PipelineOptions(args.parser, args.chunk_size, args.chunk_overlap),
         on_event=log,
