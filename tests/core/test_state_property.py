@@ -431,7 +431,9 @@ class LedgerMachine(RuleBasedStateMachine):
             None,
         )
         doc = self.document(claim.document_id)
-        if ERRORS[code].transient and claim.attempt < MAX_ATTEMPTS:
+        # An attempt that did not finish leaves no chunks behind.
+        self.expected_chunks[claim.document_id] = []
+        if ERRORS[code].transient and claim.attempt < claim.max_attempts:
             ceiling = BACKOFF_BASE_S * 2 ** max(claim.attempt - 1, 0)
             assert after.status is TaskStatus.RETRY_WAIT
             assert after.next_attempt_at is not None
@@ -481,7 +483,10 @@ class LedgerMachine(RuleBasedStateMachine):
     def flaky_provider_until_attempts_run_out(self, task_id: str, worker: str) -> Any:
         """Claim and fail transiently again and again: retry_wait while attempts remain,
         then failed. (A path too long for random steps to find often.)"""
-        for _ in range(MAX_ATTEMPTS + 1):
+        # Hand-backs and manual retries widen a task's budget, so count from the row.
+        start = self.task(task_id)
+        budget = max(start.max_attempts - start.attempt, 0) + 1
+        for _ in range(budget):
             task = self.task(task_id)
             if task.status is TaskStatus.RETRY_WAIT and task.next_attempt_at is not None:
                 self.clock.advance(max(0.0, task.next_attempt_at - self.clock()))
@@ -492,7 +497,7 @@ class LedgerMachine(RuleBasedStateMachine):
             if self.task(task_id).status is TaskStatus.FAILED:
                 event("attempts ran out")
                 return task_id
-        raise AssertionError(f"task {task_id} was still retrying after {MAX_ATTEMPTS} attempts")
+        raise AssertionError(f"task {task_id} was still retrying after {budget} attempts")
 
     @rule(claim=consumes(claims))
     def hand_back(self, claim: Claim) -> None:
@@ -504,6 +509,8 @@ class LedgerMachine(RuleBasedStateMachine):
         after = self.task(claim.task_id)
         assert (after.status, after.next_attempt_at) == (TaskStatus.RETRY_WAIT, self.clock())
         assert after.attempt == claim.attempt
+        # A hand-back is not a failure: it gives its attempt back to the budget.
+        assert after.max_attempts == claim.max_attempts + 1
 
     # -------------------------------------------------------- operator actions
 
@@ -550,6 +557,8 @@ class LedgerMachine(RuleBasedStateMachine):
         )
         assert (after.error_code, after.error_detail, after.worker_id) == (None, None, None)
         assert after.attempt == before.attempt
+        # A human retry restarts the automatic retry budget from here.
+        assert after.max_attempts == before.attempt + MAX_ATTEMPTS
         assert after.next_attempt_at == self.clock()
         assert self.document(before.document_id).status is DocumentStatus.PROCESSING
 
@@ -600,6 +609,7 @@ class LedgerMachine(RuleBasedStateMachine):
             assert (after.status, after.error_code) == (status, ErrorCode.LEASE_EXPIRED)
             assert after.attempt == before[task_id].attempt
             assert after.lease_expires_at is None
+            self.expected_chunks[after.document_id] = []  # the unfinished attempt's go
             doc = self.document(after.document_id)
             if status is TaskStatus.FAILED:
                 assert after.next_attempt_at is None
