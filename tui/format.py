@@ -37,10 +37,14 @@ STATUS_LABEL: dict[TaskStatus, str] = {
 
 
 def age(seconds: float) -> str:
-    """A compact age: ``42s``, ``7m``, ``3h``, ``12d``."""
+    """A compact age: ``40s``, ``7m``, ``3h``, ``12d``.
+
+    Under a minute it moves in 10 s steps: every change of an age text repaints the
+    whole task table, and per-second ages made that happen on every refresh.
+    """
     seconds = max(0.0, seconds)
     if seconds < 60:
-        return f"{int(seconds)}s"
+        return f"{int(seconds // 10) * 10}s"
     if seconds < 3600:
         return f"{int(seconds // 60)}m"
     if seconds < 86400:

@@ -125,6 +125,6 @@ async def test_filter_terms_complete() -> None:
 
 
 def test_formatting() -> None:
-    assert [age(s) for s in (5, 125, 7200, 200000)] == ["5s", "2m", "2h", "2d"]
+    assert [age(s) for s in (5, 47, 125, 7200, 200000)] == ["0s", "40s", "2m", "2h", "2d"]
     assert text_bar(1, 2, 4) == "██░░" and text_bar(0, 0, 3) == "░░░"
     assert shorten("abcdef", 4) == "abc…" and shorten("ab", 4) == "ab"

@@ -30,7 +30,7 @@ from tui.widgets.workers import WorkersPanel
 if TYPE_CHECKING:
     from tui.app import IngestDeskApp
 
-ROWS_REFRESH_S = 5.0  # seconds between re-renders of ages and stall marks
+ROWS_REFRESH_S = 10.0  # seconds between re-renders of ages and stall marks (ages step by 10 s)
 BACKFILL_AFTER_S = 2.0  # seconds a short window waits before it is reloaded
 
 

@@ -35,8 +35,20 @@ class RunningTask(Vertical):
             yield ProgressBar(total=1, show_eta=False, show_percentage=False)
             yield Label("", classes="running-count")
 
+    def on_mount(self) -> None:
+        # Looked up once: show() runs for every slot on every poll with a change.
+        self._title = self.query_one(".running-title", Label)
+        self._stage = self.query_one(".running-stage", Label)
+        self._bar = self.query_one(ProgressBar)
+        self._count = self.query_one(".running-count", Label)
+        self._shown: tuple[object, ...] | None = None
+
     def show(self, task: TaskView | None, *, stalled: bool = False) -> None:
         """Show ``task`` in this slot, or free the slot (None)."""
+        signature = (None if task is None else (task.task_id, task.revision), stalled)
+        if signature == self._shown:
+            return  # unchanged: touching the widgets would only cost a repaint
+        self._shown = signature
         self.task_view = task
         self.set_class(task is None, "-free")
         self.set_class(stalled, "-stalled")
@@ -45,10 +57,10 @@ class RunningTask(Vertical):
         title = Text(task.short_id, style="bold")
         title.append(" ")
         title.append(shorten(task.document_name or task.document_id[:8], NAME_WIDTH))
-        self.query_one(".running-title", Label).update(title)
-        self.query_one(".running-stage", Label).update(task.stage.value)
-        self.query_one(ProgressBar).update(total=max(task.total, 1), progress=task.completed)
-        self.query_one(".running-count", Label).update(f"{task.completed}/{task.total}")
+        self._title.update(title)
+        self._stage.update(task.stage.value)
+        self._bar.update(total=max(task.total, 1), progress=task.completed)
+        self._count.update(f"{task.completed}/{task.total}")
 
 
 class RunningNow(VerticalScroll):
