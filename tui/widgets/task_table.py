@@ -31,7 +31,8 @@ from tui.format import (
     text_bar,
 )
 
-WINDOW_ROWS = 500  # rows held at most; the newest that match the filter
+WINDOW_ROWS = 200  # rows held at most, the newest that match: several screens, and a
+# filter switch rebuilds them all (DataTable adds rows at ~0.4 ms each)
 BAR_WIDTH = 5  # characters of the text progress bar
 
 # (key, label, width). Fixed widths: update_cell never has to re-measure a column.
