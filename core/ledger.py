@@ -112,8 +112,15 @@ def read_upload(path: Path, max_bytes: int) -> bytes:
 # --------------------------------------------------------------------------- views
 
 
+class _View:
+    """Views are frozen dataclasses; this gives each one its JSON-ready dict."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload, no-any-return]
+
+
 @dataclass(frozen=True)
-class DocumentView:
+class DocumentView(_View):
     document_id: str
     filename: str
     sha256: str
@@ -125,12 +132,9 @@ class DocumentView:
     created_at: float
     updated_at: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class TaskView:
+class TaskView(_View):
     task_id: str
     document_id: str
     status: TaskStatus
@@ -163,7 +167,7 @@ class TaskView:
 
 
 @dataclass(frozen=True)
-class TaskEventView:
+class TaskEventView(_View):
     event_id: int
     task_id: str
     at: float
@@ -174,9 +178,6 @@ class TaskEventView:
     attempt: int
     error_code: ErrorCode | None
     reason: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ class ChunkRecord:
 
 
 @dataclass(frozen=True)
-class ChunkView:
+class ChunkView(_View):
     document_id: str
     ordinal: int
     text: str
@@ -217,24 +218,18 @@ class ChunkView:
     char_start: int
     char_end: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class SearchHit:
+class SearchHit(_View):
     document_id: str
     filename: str
     ordinal: int
     page: int | None
     text: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class BulkResult:
+class BulkResult(_View):
     """What a bulk action found (and, unless a dry run, did)."""
 
     matched: int
@@ -243,9 +238,6 @@ class BulkResult:
     dry_run: bool
     done: int = 0
     refused: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -258,7 +250,7 @@ class FailureGroup:
 
 
 @dataclass(frozen=True)
-class WorkerView:
+class WorkerView(_View):
     worker_id: str
     host: str
     pid: int
@@ -266,9 +258,6 @@ class WorkerView:
     heartbeat_at: float
     stopped_at: float | None
     alive: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
