@@ -939,7 +939,12 @@ class Ledger:
         return await self._run(_tx, write=True)
 
     async def fail(
-        self, claim: Claim, error_code: ErrorCode, detail: str | None = None
+        self,
+        claim: Claim,
+        error_code: ErrorCode,
+        detail: str | None = None,
+        *,
+        stage: Stage | None = None,
     ) -> TaskView | None:
         """Record a failure of the held attempt.
 
@@ -958,6 +963,8 @@ class Ledger:
             "updated_at": now,
             "revision": _next_revision(),
         }
+        if stage is not None:
+            values["stage"] = Stage(stage).value  # where it failed, if progress lagged
         if retry:
             values["status"] = TaskStatus.RETRY_WAIT.value
             values["next_attempt_at"] = now + self.backoff_s(claim.attempt)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -67,29 +68,34 @@ class Pipeline:
     async def run(self, claim: Claim, say: Say = lambda _line: None) -> Outcome:
         """Execute one attempt. Never raises for a document's fault: every failure
         becomes a stable error code on the task."""
+        progress = Progress(self.ledger, claim)
+        fail = functools.partial(self._fail, claim, progress=progress, say=say)
         try:
-            return await self._stages(claim, say)
+            return await self._stages(claim, progress, say)
         except TaskLost:
             say(f"lost task={claim.task_id[:8]} (cancelled or reaped); stopped without writing")
             return Outcome(claim.task_id, "lost")
         except ParseFailure as exc:
             # The reason is our own short vocabulary (no paths, no traces).
-            return await self._fail(claim, exc.code, exc.reason, say)
+            return await fail(exc.code, exc.reason)
         except ObjectReadError as exc:
-            return await self._fail(claim, ErrorCode.OBJECT_READ_ERROR, error_detail_of(exc), say)
+            return await fail(ErrorCode.OBJECT_READ_ERROR, error_detail_of(exc))
         except ProviderUnavailable as exc:
-            return await self._fail(
-                claim, ErrorCode.PROVIDER_UNAVAILABLE, error_detail_of(exc), say
-            )
+            return await fail(ErrorCode.PROVIDER_UNAVAILABLE, error_detail_of(exc))
         except NotFound as exc:
-            return await self._fail(claim, ErrorCode.DOCUMENT_NOT_FOUND, error_detail_of(exc), say)
+            return await fail(ErrorCode.DOCUMENT_NOT_FOUND, error_detail_of(exc))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an unclassified fault in ingestdesk itself
-            return await self._fail(claim, ErrorCode.INTERNAL_ERROR, error_detail_of(exc), say)
+            return await fail(ErrorCode.INTERNAL_ERROR, error_detail_of(exc))
 
-    async def _fail(self, claim: Claim, code: ErrorCode, detail: str, say: Say) -> Outcome:
-        view = await self.ledger.fail(claim, code, detail)
+    async def _fail(
+        self, claim: Claim, code: ErrorCode, detail: str, *, progress: Progress, say: Say
+    ) -> Outcome:
+        # Progress is coalesced, so the row may lag: record the stage really reached,
+        # which is what the failures screen groups by.
+        stage = progress.latest[0] if progress.latest else None
+        view = await self.ledger.fail(claim, code, detail, stage=stage)
         if view is None:
             say(f"lost task={claim.task_id[:8]} before its failure could be recorded")
             return Outcome(claim.task_id, "lost")
@@ -104,8 +110,7 @@ class Pipeline:
         )
         return Outcome(claim.task_id, view.status.value, code, detail)
 
-    async def _stages(self, claim: Claim, say: Say) -> Outcome:
-        progress = Progress(self.ledger, claim)
+    async def _stages(self, claim: Claim, progress: Progress, say: Say) -> Outcome:
         reporter = asyncio.create_task(progress.report(), name=f"progress-{claim.task_id[:8]}")
         try:
             return await self._run_stages(claim, progress, say)

@@ -99,6 +99,9 @@ async def test_corrupt_pdf_fails_with_parse_error_and_retry_fails_again_on_attem
         1,
     )
     assert (await ledger.get_document(task.document_id)).status is DocumentStatus.FAILED
+    # Progress writes are coalesced, but a failure records the stage really reached
+    # (the failures screen groups by it).
+    assert task.stage is Stage.PARSE
     requeued = await ledger.retry(task_id, actor="op")
     assert (requeued.status, requeued.attempt) == (TaskStatus.QUEUED, 1)
     await drain(ledger, pool)
@@ -284,6 +287,9 @@ async def test_image_only_pdf_is_an_empty_document(ledger: Ledger, pool: ParserP
     await drain(ledger, pool)
     view = await ledger.get_task(task_id)
     assert (view.status, view.error_code) == (TaskStatus.FAILED, ErrorCode.EMPTY_DOCUMENT)
+    assert view.stage is Stage.PARSE
+    groups = await ledger.failure_groups()
+    assert [(g.error_code, g.stage) for g in groups] == [(ErrorCode.EMPTY_DOCUMENT, Stage.PARSE)]
 
 
 # ------------------------------------------------------ cancel mid-flight
