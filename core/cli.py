@@ -474,11 +474,12 @@ async def run(args: argparse.Namespace, out: Output) -> None:
         await ledger.close()
 
 
-def _run_dashboard(args: argparse.Namespace) -> int:
-    """The long-running screens live in tui/, imported only when asked for, so the
-    rest of the CLI starts without Textual."""
-    from tui.app import run_dashboard, run_race
+# Opens a screen ("dashboard", "demo" or "race") on a ledger; provided by tui/, which
+# owns the UI, so core never imports it.
+Launcher = Callable[[str, Settings, argparse.Namespace], int]
 
+
+def _run_dashboard(args: argparse.Namespace, launch: Launcher) -> int:
     if args.workers < 0:
         raise BadInput("--workers must be 0 or more")
     if args.command == "demo":
@@ -491,14 +492,14 @@ def _run_dashboard(args: argparse.Namespace) -> int:
         else:
             print(f"building a demo ledger in {directory} ...", flush=True)
             settings = build_demo(directory)
-        return run_dashboard(settings, workers=args.workers, read_only=args.read_only)
-    settings = _settings(args)
-    if args.command == "race":
-        return run_race(settings)
-    return run_dashboard(settings, workers=args.workers, read_only=args.read_only)
+    else:
+        settings = _settings(args)
+    return launch(args.command, settings, args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, launch: Launcher | None = None) -> int:
+    """Run one command. ``launch`` opens the dashboard screens; the installed
+    ``ingestdesk`` script (tui.cli) passes it, ``python -m core.cli`` runs headless."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -514,8 +515,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         args.command = "dashboard"
     if args.command in ("dashboard", "demo", "race"):
+        if launch is None:
+            print(
+                f"ingestdesk: '{args.command}' needs the dashboard: run the installed "
+                "'ingestdesk' command (python -m tui.cli)",
+                file=sys.stderr,
+            )
+            return EXIT_UNEXPECTED
         try:
-            return _run_dashboard(args)
+            return _run_dashboard(args, launch)
         except IngestDeskError as exc:
             print(f"ingestdesk: {exc.message}", file=sys.stderr)
             return exc.exit_code
