@@ -41,7 +41,7 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("name", "Document", 19),
     ("status", "Status", 10),
     ("stage", "Stage", 10),
-    ("progress", "Progress", 13),
+    ("progress", "Progress", 15),  # bar + "1228/1228": four-digit page counts fit
     ("attempt", "Try", 3),
     ("error", "Error", 20),
     ("worker", "Worker", 9),
