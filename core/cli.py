@@ -199,8 +199,8 @@ async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) ->
     out.emit(value, lines)
 
 
-def _bulk_lines(verb: str, result: BulkResult) -> list[str]:
-    head = "would " + verb if result.dry_run else verb
+def _bulk_lines(verb: str, past: str, result: BulkResult) -> list[str]:
+    head = "would " + verb if result.dry_run else past
     count = result.eligible if result.dry_run else result.done
     lines = [f"{head} {count} of {result.matched} matching tasks"]
     lines += [f"  not eligible: {n} x {why}" for why, n in sorted(result.ineligible.items())]
@@ -226,7 +226,7 @@ async def cmd_cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
     result = await ledger.bulk_cancel(
         parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
     )
-    out.emit(result.to_dict(), _bulk_lines("cancelled", result))
+    out.emit(result.to_dict(), _bulk_lines("cancel", "cancelled", result))
 
 
 async def cmd_retry(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
@@ -240,7 +240,7 @@ async def cmd_retry(ledger: Ledger, args: argparse.Namespace, out: Output) -> No
     result = await ledger.bulk_retry(
         parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
     )
-    out.emit(result.to_dict(), _bulk_lines("requeued", result))
+    out.emit(result.to_dict(), _bulk_lines("requeue", "requeued", result))
 
 
 async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:

@@ -759,3 +759,28 @@ def test_the_cli_works_on_postgresql(pg_url: str, tmp_path: Path) -> None:
     assert bad.code == EXIT_BAD_INPUT
     assert [d["status"] for d in ok(pg("documents", "--json"))] == [DocumentStatus.DRAFT]
     assert not (tmp_path / ".ingestdesk").exists()
+
+
+def test_bulk_cancel_by_filter_dry_runs_then_acts(cli: Cli, tmp_path: Path) -> None:
+    for name in ("report-a.txt", "report-b.txt", "notes.txt"):
+        ok(cli("add", str(write(tmp_path / name, TEXT)), "--json"))
+    dry = ok(cli("cancel", "--filter", "name:report", "--dry-run", "--json"))
+    assert (dry["matched"], dry["eligible"], dry["done"], dry["dry_run"]) == (2, 2, 0, True)
+    assert {t["status"] for t in ok(cli("tasks", "--json"))} == {"queued"}
+    human = cli("cancel", "--filter", "name:report", "--dry-run")
+    assert human.stdout.startswith("would cancel 2 of 2 matching tasks")
+    done = ok(cli("cancel", "--filter", "name:report", "--reason", "wrong batch", "--json"))
+    assert (done["done"], done["refused"]) == (2, 0)
+    statuses = {t["document_name"]: t["status"] for t in ok(cli("tasks", "--json"))}
+    assert statuses == {
+        "report-a.txt": "cancelled",
+        "report-b.txt": "cancelled",
+        "notes.txt": "queued",
+    }
+    again = ok(cli("cancel", "--filter", "name:report", "--json"))
+    assert again["done"] == 0
+    assert again["ineligible"] == {
+        "cancelled: only queued, running or retry_wait tasks can be cancelled": 2
+    }
+    both = cli("cancel", "abcd1234", "--filter", "name:report", "--json")
+    assert both.code == EXIT_BAD_INPUT
