@@ -23,10 +23,6 @@ WRITE_OPTION = "ingestdesk_write"
 PG_WRITE_LOCK_KEY = 0x1D6E57  # arbitrary, fixed forever
 
 
-def is_sqlite(engine: AsyncEngine) -> bool:
-    return engine.dialect.name == "sqlite"
-
-
 def make_engine(settings: Settings) -> AsyncEngine:
     """Create the async engine for a ledger URL, refusing malformed URLs clearly."""
     try:

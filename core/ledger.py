@@ -43,7 +43,15 @@ from core import db
 from core.config import Settings
 from core.errors import BadInput, ClaimBug, Conflict, NotFound
 from core.filters import COMPARISONS, TaskFilter, Term
-from core.models import CLAIMABLE_SQL, Chunk, Document, IngestionTask, Outbox, TaskEvent
+from core.models import (
+    CLAIMABLE_SQL,
+    RUNNING_SQL,
+    Chunk,
+    Document,
+    IngestionTask,
+    Outbox,
+    TaskEvent,
+)
 from core.models import WorkerRecord as WorkerRow
 from core.prepared import Prepared
 from core.states import (
@@ -274,16 +282,6 @@ def _next_revision() -> Any:
     # Writers are serialised (BEGIN IMMEDIATE on SQLite, an advisory lock on
     # PostgreSQL), so MAX+1 over the revision index is gap-free and commits in order.
     return select(func.coalesce(func.max(TASKS.c.revision), 0) + 1).scalar_subquery()
-
-
-def _held(claim: Claim) -> ColumnElement[bool]:
-    """The fence: this worker still holds this attempt and the task is running."""
-    return (
-        (TASKS.c.id == claim.task_id)
-        & (TASKS.c.status == TaskStatus.RUNNING.value)
-        & (TASKS.c.attempt == claim.attempt)
-        & (TASKS.c.worker_id == claim.worker_id)
-    )
 
 
 _EVENT_SOURCE_COLUMNS = (
@@ -974,7 +972,8 @@ class Ledger:
         def _tx(conn: Connection) -> Any:
             row = (
                 conn.execute(
-                    update(TASKS).where(_held(claim)).values(**values).returning(*_TASK_COLUMNS)
+                    update(TASKS).where(_HELD_PARAMS).values(**values).returning(*_TASK_COLUMNS),
+                    _held_params(claim),
                 )
             ).first()
             if row is None:
@@ -1001,7 +1000,7 @@ class Ledger:
             row = (
                 conn.execute(
                     update(TASKS)
-                    .where(_held(claim))
+                    .where(_HELD_PARAMS)
                     .values(
                         status=TaskStatus.RETRY_WAIT.value,
                         previous_status=TASKS.c.status,
@@ -1013,7 +1012,8 @@ class Ledger:
                         updated_at=now,
                         revision=_next_revision(),
                     )
-                    .returning(*_EVENT_SOURCE_COLUMNS)
+                    .returning(*_EVENT_SOURCE_COLUMNS),
+                    _held_params(claim),
                 )
             ).first()
             if row is None:
@@ -1042,7 +1042,7 @@ class Ledger:
             rows = (
                 conn.execute(
                     update(TASKS)
-                    .where(text("status = 'running'"))
+                    .where(text(RUNNING_SQL))
                     .where(TASKS.c.lease_expires_at < now)
                     .values(
                         status=case(
@@ -1116,7 +1116,7 @@ class Ledger:
                 conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT
             )
             # A draft never keeps a half-built index from the abandoned run.
-            conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id == row.document_id))
+            DELETE_CHUNKS.rowcount(conn, {"p_document_id": row.document_id})
             self._event(conn, [row._mapping], actor, reason)
             return _task(row)
 
