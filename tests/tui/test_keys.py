@@ -81,10 +81,10 @@ async def test_table_shows_every_task_with_counts(seeded: Seeded) -> None:
         assert app.mirror.counts[TaskStatus.FAILED] == 3
         assert app.mirror.counts[TaskStatus.RUNNING] == 2
         # Newest first, and the stalled task is marked as such.
-        first = table(app).coordinate_to_cell_key((0, 0)).row_key.value
+        first = table(app).task_id_at(0)
         assert first == seeded.id("queued-memo.md")
         stalled = seeded.id("huge-scan.md")
-        assert "stalled" in str(table(app).get_cell(stalled, "status"))
+        assert "stalled" in str(table(app).cell(stalled, "status"))
         running = dashboard(app).query_one("#running")
         await wait_for(
             pilot, lambda: len(running.query(".running-task").exclude(".-free")) == 2, what="2 bars"
@@ -141,7 +141,7 @@ async def test_live_changes_update_rows_by_key(seeded: Seeded) -> None:
         await seeded.ledger.report_progress(claim, Stage.EMBEDDING, 5, 10)
         await wait_for(
             pilot,
-            lambda: "5/10" in str(table(app).get_cell(new.task_id, "progress")),
+            lambda: "5/10" in str(table(app).cell(new.task_id, "progress")),
             what="progress in the row",
         )
         assert app.mirror.counts[TaskStatus.RUNNING] == 3
@@ -519,7 +519,55 @@ async def test_o_sorts_by_the_next_column_and_keeps_the_cursor(seeded: Seeded) -
         await pilot.press("o")
         tasks = table(app)
         assert tasks.sort_column == "id"
-        order = [tasks.coordinate_to_cell_key((n, 0)).row_key.value for n in range(tasks.row_count)]
+        order = [tasks.task_id_at(n) for n in range(tasks.row_count)]
         assert order == sorted(order)
         assert tasks.selected is not None
         assert tasks.selected.task_id == seeded.id("annual-report.md")
+
+
+async def test_mouse_sorts_by_a_header_and_opens_a_clicked_row(seeded: Seeded) -> None:
+    app = make_app(seeded)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await ready(pilot, rows=len(seeded.tasks))
+        tasks = table(app)
+        # Offsets are within the table's border: the header is its first line, and
+        # the Status column starts after ID (8 + 2) and Document (19 + 2).
+        await pilot.click(TaskTable, offset=(34, 1))
+        assert tasks.sort_column == "status"
+        statuses = [tasks.tasks[tasks.task_id_at(n)].status for n in range(tasks.row_count)]
+        assert statuses == sorted(statuses, key=list(TaskStatus).index)
+        third = tasks.task_id_at(2)
+        await pilot.click(TaskTable, offset=(5, 4))
+        assert tasks.selected is not None and tasks.selected.task_id == third
+        assert not isinstance(app.screen, TaskDetailScreen)  # a first click only selects
+        await pilot.click(TaskTable, offset=(5, 4))
+        await wait_for(pilot, lambda: isinstance(app.screen, TaskDetailScreen))
+        assert isinstance(app.screen, TaskDetailScreen) and app.screen.task_id == third
+
+
+async def test_paging_keys_move_the_cursor_and_keep_it_in_view(empty: Seeded) -> None:
+    for n in range(120):
+        await submit(empty, f"note-{n:03}.md")
+    app = make_app(empty)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await ready(pilot, rows=120)
+        tasks = table(app)
+        tasks.focus()
+        page = tasks.scrollable_content_region.height - 1  # rows below the header
+
+        def cursor_in_view() -> bool:
+            top = round(tasks.scroll_y)
+            return top <= tasks.cursor_row < top + page
+
+        await pilot.press("pagedown")
+        assert tasks.cursor_row == page and cursor_in_view() and tasks.scroll_y > 0
+        await pilot.press("end")
+        assert tasks.cursor_row == 119 and cursor_in_view()
+        assert tasks.selected is not None
+        assert tasks.selected.task_id == empty.id("note-000.md")  # the oldest, last
+        await pilot.press("up", "pageup")
+        assert tasks.cursor_row == 118 - page and cursor_in_view()
+        await pilot.press("home")
+        assert tasks.cursor_row == 0 and tasks.scroll_y == 0
+        await pilot.press("up")  # nothing above the top row
+        assert tasks.cursor_row == 0

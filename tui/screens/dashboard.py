@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, RichLog
+from textual.widgets import Footer, Header, RichLog
 
 from core import BadInput, IngestDeskError, TaskView
 from tui.filtering import TaskQuery, parse_query, status_query
@@ -224,10 +224,9 @@ class DashboardScreen(Screen[None]):
 
         self.app.push_screen(TaskDetailScreen(task_id))
 
-    @on(DataTable.RowSelected, "#tasks")
-    def _row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_task_table_task_selected(self, event: TaskTable.TaskSelected) -> None:
         event.stop()
-        self.open_detail(str(event.row_key.value))
+        self.open_detail(event.task_id)
 
     def action_failures(self) -> None:
         from tui.screens.failures import FailuresScreen
