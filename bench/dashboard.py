@@ -15,7 +15,10 @@ measures, in order:
    in flight at once, rotating over the newest ``WRITER_POOL`` tasks, which are the top
    rows of the table). Its CPU is its own; only the dashboard process is measured;
 4. **key-press-to-repaint latency** with ``workers=2``: multi-page PDFs are submitted
-   first (untimed), then two in-process workers parse them while keys are sent;
+   first (untimed), then two in-process workers parse them while keys are sent. A
+   cursor key is done when the moved cursor is painted; a status filter key when the
+   first screenful of its tasks is (the rest of the window follows below the fold).
+   Full garbage collections during the presses are counted: each stops the loop;
 5. **peak RSS** (VmHWM) of the dashboard process: after the watch-only phases, and at
    the end (with workers).
 
@@ -44,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import inspect
 import io
 import itertools
@@ -486,6 +490,28 @@ def thread_cpu_s() -> dict[str, float]:
     return out
 
 
+class GcPauses:
+    """Durations of the cyclic collector's full (oldest-generation) collections while
+    the block runs: each stops the event loop for its whole length."""
+
+    def __init__(self) -> None:
+        self.full_ms: list[float] = []
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif info["generation"] == 2:
+            self.full_ms.append((time.perf_counter() - self._started) * 1000)
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
 def main_thread_wait_s() -> float:
     """Seconds the event-loop thread has spent runnable but waiting for a CPU (the
     kernel's schedstat): what other processes (parsers, other load on the machine)
@@ -538,6 +564,7 @@ class ChildResult:
     filter_ms: list[float] = field(default_factory=list)
     keys_wall_s: float = 0.0  # the measured key presses, start to end
     keys_wait_s: float = 0.0  # of which the event loop was runnable, waiting for a CPU
+    gc_pauses_ms: list[float] = field(default_factory=list)  # full collections meanwhile
     timeouts: int = 0
     presses_busy: int = 0
     presses: int = 0
@@ -915,7 +942,9 @@ async def dashboard_main(config: dict[str, Any]) -> ChildResult:
                 if not await _wait_until(lambda: _busy(app), BUSY_TIMEOUT_S):
                     raise RuntimeError("the in-process workers did not start a task")
                 wait0, wall0 = main_thread_wait_s(), time.monotonic()
-                await _measure_keys(probe, plan, result)
+                with GcPauses() as gc_pauses:
+                    await _measure_keys(probe, plan, result)
+                result.gc_pauses_ms = gc_pauses.full_ms
                 result.keys_wait_s = main_thread_wait_s() - wait0
                 result.keys_wall_s = time.monotonic() - wall0
                 if config.get("profile"):
@@ -1000,8 +1029,9 @@ async def _measure_keys(probe: Probe, plan: Plan, result: ChildResult) -> None:
         if len(handled) > mark:
             result.cursor_handled_ms.append((handled[mark] - sent) * 1000)
 
-    # Status filter keys: each press re-reads the table's window from the ledger
-    # (newest 500 matching tasks) and loads it; done when the loaded table is painted.
+    # Status filter keys: each press re-reads the table's window from the ledger (one
+    # screenful of the newest matching tasks first, then the rest of the window) and
+    # loads it; done when the first load, the screenful the operator sees, is painted.
     for n in range(plan.filter_presses):
         await asyncio.sleep(rng.uniform(THINK_MIN_S, THINK_MAX_S))
         key = STATUS_FILTER_KEYS[n % len(STATUS_FILTER_KEYS)]
@@ -1185,7 +1215,9 @@ def report(plan: Plan, costs: dict[int, QueryCost], results: Sequence[ChildResul
             f"was running a task, {r.timeouts} timeouts (> {KEY_TIMEOUT_S:g} s); "
             f"{r.pdf_tasks_done}/{plan.pdf_tasks} PDFs of {plan.pdf_pages} pages done; the "
             f"event loop was runnable but waiting for a CPU "
-            f"{100 * ratio(r.keys_wait_s, r.keys_wall_s):.1f} % of the time"
+            f"{100 * ratio(r.keys_wait_s, r.keys_wall_s):.1f} % of the time; "
+            f"{len(r.gc_pauses_ms)} full garbage collections"
+            + (f" (longest {max(r.gc_pauses_ms):.0f} ms)" if r.gc_pauses_ms else "")
         )
     print()
 
