@@ -126,18 +126,25 @@ class DashboardScreen(Screen[None]):
 
     @work(exclusive=True, group="window", exit_on_error=False, description="load the task window")
     async def reload_window(self) -> None:
-        """Load the newest matching tasks into the table."""
-        query, ledger = self.query_filter, self.desk.ledger
+        """Load the newest matching tasks into the table: one screenful first, so a
+        filter key is answered as fast as the ledger can read that much, then the
+        rest of the window (rows below the fold, for scrolling)."""
+        query, ledger, table = self.query_filter, self.desk.ledger, self.table
+        first = min(table.visible_rows + 1, self.desk.window_rows)
         try:
-            tasks = await query.window(ledger, self.desk.window_rows)
+            for limit in dict.fromkeys((first, self.desk.window_rows)):
+                tasks = await query.window(ledger, limit)
+                table.load(tasks, self.desk.clock())
+                self._title_table(len(table.tasks))
+                if len(tasks) < limit:
+                    break  # that was every matching task
             if not query.empty and query.status is None:
                 self._counted = await ledger.count_tasks(query.filter)
+                self._title_table(len(table.tasks))
         except IngestDeskError as exc:
             self.notify(exc.message, severity="error", title="filter")
             return
-        self.table.load(tasks, self.desk.clock())
         self._short_since = None
-        self._title_table(len(self.table.tasks))
 
     def on_ledger_changed(self, message: LedgerChanged) -> None:
         desk, now = self.desk, message.now

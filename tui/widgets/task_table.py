@@ -14,7 +14,6 @@ The cursor stays on the same task through updates, re-sorts and window reloads.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -44,6 +43,7 @@ from tui.format import (
 WINDOW_ROWS = 200  # rows held at most, the newest that match: several screens
 BAR_WIDTH = 5  # characters of the text progress bar
 CELL_PADDING = 1  # blank cells either side of every column
+FIRST_SCREEN_GUESS = 60  # rows of a screenful, until the table has been laid out
 
 # (key, label, width). Fixed widths: a row's strip never depends on its neighbours.
 COLUMNS: tuple[tuple[str, str, int], ...] = (
@@ -67,20 +67,8 @@ _PAD = " " * CELL_PADDING
 
 # A row's look: the text and style of each cell. Equal signatures draw equal strips.
 Signature = tuple[tuple[str, Style], ...]
-
-
-def _cell(text: str, style: str | Style = "") -> Text:
-    return Text(text, style=style, no_wrap=True, overflow="crop")
-
-
-@functools.lru_cache(maxsize=256)
-def _parse_style(style: str) -> Style:
-    return Style.parse(style) if style else Style()
-
-
-def _style_of(text: Text) -> Style:
-    style = text.style
-    return style if isinstance(style, Style) else _parse_style(style)
+_NO_STYLE = Style()
+_DIM = Style(dim=True)
 
 
 def _sort_value(task: TaskView, column: str) -> tuple[object, ...]:
@@ -250,36 +238,34 @@ class TaskTable(ScrollView, can_focus=True):
             and now - task.progress_at > self.stall_after_s
         )
 
-    def cells(self, task: TaskView, now: float) -> tuple[Text, ...]:
-        """The row's cells for ``task`` at time ``now``, in COLUMNS order."""
-        stalled = self.is_stalled(task, now)
-        if stalled:
-            status = _cell("⚠ stalled", style=self._styles.get(STALLED_THEME_VARIABLE, Style()))
+    def signature(self, task: TaskView, now: float) -> Signature:
+        """The row's cells for ``task`` at time ``now`` as (text, style), in COLUMNS
+        order. Built without Rich objects: a window load builds ~200 of them."""
+        styles, none = self._styles, _NO_STYLE
+        if self.is_stalled(task, now):
+            status = ("⚠ stalled", styles.get(STALLED_THEME_VARIABLE, none))
         else:
-            status = _cell(STATUS_LABEL[task.status], style=self._status_style(task.status))
+            status = (STATUS_LABEL[task.status], self._status_style(task.status))
         live = task.status in _LIVE or task.status is TaskStatus.FAILED
-        stage = _cell(task.stage.value if live else "", style="" if live else "dim")
+        stage = (task.stage.value, none) if live else ("", _DIM)
         if task.status in (TaskStatus.QUEUED, TaskStatus.CANCELLED):
-            progress = _cell("")
+            progress = ("", none)
         else:
             done = task.total if task.status is TaskStatus.SUCCEEDED else task.completed
-            progress = _cell(
+            progress = (
                 f"{text_bar(done, task.total, BAR_WIDTH)} {done}/{task.total}",
-                style=self._status_style(task.status),
+                self._status_style(task.status),
             )
         return (
-            _cell(task.short_id),
-            _cell(shorten(task.document_name or task.document_id[:8], _WIDTH["name"])),
+            (task.short_id, none),
+            (shorten(task.document_name or task.document_id[:8], _WIDTH["name"]), none),
             status,
             stage,
             progress,
-            _cell(str(task.attempt) if task.attempt else ""),
-            _cell(
-                shorten(error_line(task.error_code), _WIDTH["error"]),
-                style=self._styles.get("error", Style()),
-            ),
-            _cell(shorten(task.worker_id or "", _WIDTH["worker"])),
-            _cell(age(now - task.created_at)),
+            (str(task.attempt) if task.attempt else "", none),
+            (shorten(error_line(task.error_code), _WIDTH["error"]), styles.get("error", none)),
+            (shorten(task.worker_id or "", _WIDTH["worker"]), none),
+            (age(now - task.created_at), none),
         )
 
     def cell(self, task_id: str, column: str) -> Text:
@@ -365,7 +351,7 @@ class TaskTable(ScrollView, can_focus=True):
             self._put(task, now)
 
     def _put(self, task: TaskView, now: float) -> None:
-        signature: Signature = tuple((c.plain, _style_of(c)) for c in self.cells(task, now))
+        signature = self.signature(task, now)
         self.tasks[task.task_id] = task
         cached = self._rows.get(task.task_id)
         if cached is not None and cached[0] == signature:
@@ -441,6 +427,12 @@ class TaskTable(ScrollView, can_focus=True):
     def _page(self) -> int:
         """Rows visible below the header."""
         return max(1, self.scrollable_content_region.height - 1)
+
+    @property
+    def visible_rows(self) -> int:
+        """How many rows one screenful shows (before the first layout: a guess)."""
+        height = self.scrollable_content_region.height
+        return height - 1 if height > 1 else FIRST_SCREEN_GUESS
 
     def move_cursor(self, *, row: int, scroll: bool = True) -> None:
         """Put the cursor on ``row`` (clamped to the rows there are)."""
