@@ -33,12 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -49,14 +46,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import TracebackType
 
-from core.parsing import (
-    OUT_OF_MEMORY_REASON,
-    ParsedDocument,
-    ParseFailure,
-    log_parser_warnings,
-    run_parse,
-    validate_request,
-)
+from core.parse_child import READY, Reply, Request
+from core.parsing import ParsedDocument, ParseFailure, log_parser_warnings, validate_request
 from core.states import DocumentKind, ErrorCode
 
 logger = logging.getLogger(__name__)
@@ -68,12 +59,8 @@ DEFAULT_PER_PAGE_TIMEOUT_S = 0.5  # seconds added per estimated page
 DEFAULT_MAX_TIMEOUT_S = 300.0  # seconds; no document gets longer than this
 DEFAULT_MEMORY_LIMIT_BYTES = 1 << 30  # bytes of address space per child (RLIMIT_AS)
 DEFAULT_MAX_PARSES_PER_CHILD = 500  # parses before a child is replaced
-# A child whose resident memory is above this after a parse retires, giving the memory
-# back to the OS; CPython rarely returns freed arenas on its own.
-CHILD_RSS_RECYCLE_BYTES = 256 << 20  # bytes
 CHILD_START_TIMEOUT_S = 60.0  # seconds for a fresh child to import and report ready
 CHILD_STOP_GRACE_S = 2.0  # seconds a child gets to exit before it is killed
-PARSER_NICENESS = 5  # added to a parser child's nice value
 # Page estimates for documents whose page objects cannot be counted from raw bytes:
 # PDF 1.5+ files may hide page dictionaries inside compressed object streams.
 PDF_BYTES_PER_PAGE_ESTIMATE = 100 * 1024  # bytes
@@ -83,34 +70,14 @@ INLINE_ESTIMATE_MAX_BYTES = 1 << 20  # bytes
 
 # "/Type /Page" but not "/Type /Pages"; whitespace between the tokens is optional.
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![A-Za-z0-9])")
-_READY = "ready"
 # What a child runs: the parent's import path first (as multiprocessing's spawn does,
 # so a pool works from a source checkout and under pytest), then the serve loop.
 # argv: socket fd, memory limit, parse quota, then the sys.path entries.
 _CHILD_PROGRAM = (
     "import sys; sys.path[:] = sys.argv[4:]; "
-    "from core.parse_pool import _child_entry; "
-    "_child_entry(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))"
+    "from core.parse_child import serve; "
+    "serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))"
 )
-
-
-@dataclass(frozen=True)
-class _Request:
-    kind: str
-    parser: str
-    chunk_size: int
-    chunk_overlap: int
-
-
-@dataclass(frozen=True)
-class _Reply:
-    """A child's answer: a document or failure, or an unexpected caller-side error."""
-
-    outcome: ParsedDocument | ParseFailure | None
-    warning_lines: list[str]
-    warning_count: int
-    error: BaseException | None = None
-    retiring: bool = False
 
 
 class _Timeout:
@@ -257,7 +224,7 @@ class ParserPool:
         """
         doc_kind = DocumentKind(kind)
         validate_request(doc_kind, parser, chunk_size, chunk_overlap)
-        request = _Request(str(doc_kind), parser, chunk_size, chunk_overlap)
+        request = Request(str(doc_kind), parser, chunk_size, chunk_overlap)
         self._check_open()
         loop = asyncio.get_running_loop()
         if len(data) > INLINE_ESTIMATE_MAX_BYTES:
@@ -286,7 +253,7 @@ class ParserPool:
                 raise
             finally:
                 self._busy.discard(child)
-            if isinstance(reply, _Reply) and not reply.retiring:
+            if isinstance(reply, Reply) and not reply.retiring:
                 if self._closed:  # closed while we parsed: aclose has killed it
                     self._reap_soon(child)
                 else:
@@ -372,7 +339,7 @@ class ParserPool:
             self._reap_soon(child)
             raise
 
-    def _outcome(self, reply: _Reply | _Timeout | _Died, budget: float) -> ParsedDocument:
+    def _outcome(self, reply: Reply | _Timeout | _Died, budget: float) -> ParsedDocument:
         if isinstance(reply, _Timeout):
             raise ParseFailure(ErrorCode.PARSE_ERROR, f"parse timed out after {budget:.1f}s")
         if isinstance(reply, _Died):
@@ -448,7 +415,7 @@ class _Child:
         """Wait until the child has imported its parser and is serving."""
         assert self._conn is not None
         try:
-            ready = self._conn.poll(CHILD_START_TIMEOUT_S) and self._conn.recv() == _READY
+            ready = self._conn.poll(CHILD_START_TIMEOUT_S) and self._conn.recv() == READY
         except (EOFError, OSError):
             ready = False
         if not ready:
@@ -461,15 +428,13 @@ class _Child:
         self.launch()
         self.wait_ready()
 
-    def exchange(
-        self, request: _Request, data: bytes, budget_s: float
-    ) -> _Reply | _Timeout | _Died:
+    def exchange(self, request: Request, data: bytes, budget_s: float) -> Reply | _Timeout | _Died:
         """Send one parse and wait at most ``budget_s`` seconds for its reply.
 
         A child that times out, dies or retires is reaped before this returns.
         """
         assert self._conn is not None
-        reply: _Reply | _Timeout | _Died
+        reply: Reply | _Timeout | _Died
         try:
             try:
                 self._conn.send(request)
@@ -482,7 +447,7 @@ class _Child:
                     raise
             if self._conn.poll(budget_s):
                 received = self._conn.recv()
-                if isinstance(received, _Reply):
+                if isinstance(received, Reply):
                     reply = received
                 else:
                     raise EOFError("unexpected message from the parser process")
@@ -494,7 +459,7 @@ class _Child:
         if isinstance(reply, _Timeout):
             self.kill()
             self.reap()
-        elif isinstance(reply, _Reply) and reply.retiring:
+        elif isinstance(reply, Reply) and reply.retiring:
             self.reap()  # it exits by itself right after replying
         return reply
 
@@ -532,109 +497,6 @@ class _Child:
             with contextlib.suppress(OSError):
                 self._conn.send(None)
         self.reap()
-
-
-# --- the child process ------------------------------------------------------------------
-
-
-def _child_entry(fd: int, memory_limit_bytes: int, max_parses: int) -> None:
-    """A child's ``main``: serve on the socket the parent passed as ``fd``."""
-    with Connection(fd) as conn:
-        _child_main(conn, memory_limit_bytes, max_parses)
-
-
-def _child_main(conn: Connection, memory_limit_bytes: int, max_parses: int) -> None:
-    """Serve parse requests on ``conn`` until told to stop, the parent goes, or retiring."""
-    # Ctrl-C in the terminal reaches the whole process group. The parent decides when
-    # children stop; a child dying of KeyboardInterrupt would fail a good document.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Nothing here may log to the terminal (the TUI owns it): the warnings travel back
-    # in the reply and the parent logs them.
-    logging.getLogger().addHandler(logging.NullHandler())
-    import pypdf  # noqa: F401  # import before the memory cap and outside the budget
-
-    _limit_resources(memory_limit_bytes)
-    conn.send(_READY)
-    for served in range(1, max_parses + 1):
-        try:
-            request = conn.recv()
-            if request is None:
-                return
-            data = conn.recv_bytes()
-        except (EOFError, OSError):
-            return  # the parent is gone
-        except MemoryError:
-            # The document alone does not fit under the cap. The pipe is mid-message now,
-            # so answer and leave; the parent reads the answer when its send breaks.
-            conn.send(_Reply(_memory_failure(), [], 0, retiring=True))
-            return
-        reply = _serve(request, data)
-        del data
-        retiring = reply.retiring or served >= max_parses or _rss_bytes() > CHILD_RSS_RECYCLE_BYTES
-        try:
-            conn.send(dataclasses.replace(reply, retiring=retiring))
-        except MemoryError:
-            conn.send(_Reply(_memory_failure(), [], 0, retiring=True))
-            return
-        if retiring:
-            return
-
-
-def _serve(request: _Request, data: bytes) -> _Reply:
-    try:
-        outcome, lines, count = run_parse(
-            data,
-            request.kind,
-            parser=request.parser,
-            chunk_size=request.chunk_size,
-            chunk_overlap=request.chunk_overlap,
-        )
-    except MemoryError:
-        return _Reply(_memory_failure(), [], 0, retiring=True)
-    except Exception as exc:  # a caller bug: hand it back to be raised in the parent
-        return _Reply(None, [], 0, error=_picklable(exc))
-    # After running out of memory the interpreter may be in a fragile state (half-built
-    # caches, a fragmented heap at the cap): the next document gets a fresh process.
-    fragile = isinstance(outcome, ParseFailure) and outcome.reason == OUT_OF_MEMORY_REASON
-    return _Reply(outcome, lines, count, retiring=fragile)
-
-
-def _memory_failure() -> ParseFailure:
-    return ParseFailure(ErrorCode.PARSE_ERROR, OUT_OF_MEMORY_REASON)
-
-
-def _picklable(exc: Exception) -> BaseException:
-    import pickle
-
-    try:
-        pickle.dumps(exc)
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
-    return exc
-
-
-def _limit_resources(memory_limit_bytes: int) -> None:
-    try:
-        import resource
-    except ImportError:  # not POSIX: run without the cap rather than not at all
-        return
-    # No core dumps: a crashing parser on a big PDF would otherwise write gigabytes.
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = memory_limit_bytes if hard == resource.RLIM_INFINITY else min(hard, memory_limit_bytes)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    # Parsing is batch work: the dashboard's event loop and the ledger should win
-    # the CPU when both want it (measured: keys waited behind parsers on 2 cores).
-    with contextlib.suppress(OSError):
-        os.nice(PARSER_NICENESS)
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 __all__ = ["ParserPool", "estimate_pages"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import importlib.metadata
+import functools
 import logging
 import re
 import threading
@@ -357,7 +357,7 @@ def _next_start(text: str, start: int, end: int, overlap: int, n: int) -> int:
 
 
 def parser_info(parser: str) -> dict[str, str]:
-    """Name and version of a parser, as recorded on a task.
+    """Name and version of a parser, as recorded on a task (a fresh dict each call).
 
     Args:
         parser: ``"pypdf"`` or ``"pdfium"``.
@@ -369,16 +369,24 @@ def parser_info(parser: str) -> dict[str, str]:
         ValueError: Unknown parser name.
         ParserUnavailable: The parser's library is not installed.
     """
+    return {"parser": parser, "version": _parser_version(parser)}
+
+
+@functools.cache
+def _parser_version(parser: str) -> str:
+    # Cached: the worker records it on every task, and reading a distribution's
+    # metadata parses its METADATA file (~0.3 ms). Only successes are cached.
+    import importlib.metadata  # not at import time: parser processes never need it
+
     distribution = {"pypdf": "pypdf", "pdfium": "pypdfium2"}.get(parser)
     if distribution is None:
         raise ValueError(f"unknown parser {parser!r}; expected one of {PARSERS}")
     try:
-        version = importlib.metadata.version(distribution)
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError as exc:
         raise ParserUnavailable(
             f"parser {parser!r} needs the {distribution} package, which is not installed"
         ) from exc
-    return {"parser": parser, "version": version}
 
 
 def parse_document(
