@@ -405,8 +405,9 @@ def parse_document(
     the document fails, rather than being indexed with silent holes.
 
     Parser warnings are counted; at most ``MAX_LOGGED_WARNINGS`` lines are logged per
-    parse. Not safe to call from several threads at once (the ``warnings`` module's
-    capture is process-global); the parser pool runs one parse per process.
+    parse. PDFs must not be parsed from several threads at once (the ``warnings``
+    module's capture is process-global); the parser pool runs one parse per process.
+    Text and Markdown are safe on any thread.
 
     Args:
         data: The document's bytes.
@@ -458,11 +459,13 @@ def run_parse(
     collector = _WarningCollector()
     outcome: ParsedDocument | ParseFailure
     try:
-        with _capture_parser_warnings(collector):
-            if doc_kind is DocumentKind.PDF:
+        if doc_kind is DocumentKind.PDF:
+            with _capture_parser_warnings(collector):
                 outcome = _parse_pdf(data, parser, chunk_size, chunk_overlap, collector)
-            else:
-                outcome = _parse_text(data, chunk_size, chunk_overlap, collector)
+        else:
+            # Our own code: no library warnings to capture, so no process-global
+            # state is touched and text may be parsed on any thread.
+            outcome = _parse_text(data, chunk_size, chunk_overlap, collector)
     except ParseFailure as failure:
         outcome = failure
     except (MemoryError, RecursionError) as exc:
