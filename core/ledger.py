@@ -992,8 +992,9 @@ class Ledger:
 
         return await self._run(_tx, write=True)
 
-    async def hand_back(self, claim: Claim) -> bool:
-        """Give a held task back (worker shutting down): claimable again at once."""
+    async def hand_back(self, claim: Claim, *, reason: str = "handed back on shutdown") -> bool:
+        """Give a held task back (worker shutting down, or a claim taken ahead and
+        not started): claimable again at once. ``reason`` goes into its history."""
         now = self.clock()
 
         def _tx(conn: Connection) -> Any:
@@ -1018,7 +1019,7 @@ class Ledger:
             ).first()
             if row is None:
                 return False
-            self._event(conn, [row._mapping], claim.worker_id, "handed back on shutdown")
+            self._event(conn, [row._mapping], claim.worker_id, reason)
             return True
 
         return await self._run(_tx, write=True)

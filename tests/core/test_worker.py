@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -290,6 +291,93 @@ async def test_image_only_pdf_is_an_empty_document(ledger: Ledger, pool: ParserP
     assert view.stage is Stage.PARSE
     groups = await ledger.failure_groups()
     assert [(g.error_code, g.stage) for g in groups] == [(ErrorCode.EMPTY_DOCUMENT, Stage.PARSE)]
+
+
+# ------------------------------------------------------- quick documents
+
+
+async def test_small_text_is_parsed_in_process_and_pdfs_in_the_parser(
+    ledger: Ledger, pool: ParserPool
+) -> None:
+    text_id = await add(ledger, MARKDOWN, "note.md")
+    await drain(ledger, pool)
+    assert (await ledger.get_task(text_id)).status is TaskStatus.SUCCEEDED
+    assert pool.children_started == 0  # no parser process for a small Markdown note
+
+    pdf_id = await add(ledger, hostile.make_pdf(["parsed behind the process wall"]), "a.pdf")
+    await drain(ledger, pool)
+    assert (await ledger.get_task(pdf_id)).status is TaskStatus.SUCCEEDED
+    assert pool.children_started == 1
+
+
+async def test_quick_tasks_are_claimed_ahead_in_batches(
+    ledger: Ledger, pool: ParserPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task_ids = [await add(ledger, f"note number {i}\n".encode(), f"n{i}.md") for i in range(12)]
+    limits: list[int] = []
+    claim_next = ledger.claim_next
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        limits.append(kwargs["limit"])
+        return await claim_next(*args, **kwargs)
+
+    monkeypatch.setattr(ledger, "claim_next", counted)
+    worker = Worker(ledger, "w-batch", pool=pool, concurrency=1)
+    worker._task_s = 0.005  # as if the last tasks took 5 ms each
+
+    await worker.run(until_idle=True)
+
+    assert [(await ledger.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 12
+    assert limits[0] > 1
+    assert len(limits) < len(task_ids) / 2
+
+
+async def test_claims_taken_ahead_are_handed_back_on_stop(ledger: Ledger, pool: ParserPool) -> None:
+    task_ids = [await add(ledger, f"note number {i}\n".encode(), f"n{i}.md") for i in range(6)]
+    started: list[str] = []
+
+    def stop_at_first_claim(event: WorkerEvent) -> None:
+        if event.kind == "claimed" and event.task_id is not None:
+            started.append(event.task_id)
+            worker.stop()
+
+    worker = Worker(ledger, "w-stop", pool=pool, concurrency=1, on_event=stop_at_first_claim)
+    worker._task_s = 0.005
+    await worker.run(until_idle=True)
+
+    assert len(started) == 1  # the other five were claimed ahead, never started
+    for task_id in task_ids:
+        task = await ledger.get_task(task_id)
+        if task_id in started:  # it may have finished before the stop landed
+            assert task.status in (TaskStatus.RETRY_WAIT, TaskStatus.SUCCEEDED)
+            continue
+        assert task.status is TaskStatus.RETRY_WAIT
+        assert (await ledger.task_history(task_id))[-1].reason == "handed back on shutdown"
+    await drain(ledger, pool)  # and anyone can take them at once
+    assert [(await ledger.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 6
+
+
+async def test_a_claim_held_ahead_too_long_is_handed_back_unstarted(
+    ledger: Ledger, pool: ParserPool, clock: FakeClock
+) -> None:
+    task_ids = [await add(ledger, f"note number {i}\n".encode(), f"n{i}.md") for i in range(3)]
+    started: list[str] = []
+
+    def slow_first_task(event: WorkerEvent) -> None:
+        if event.kind == "claimed" and event.task_id is not None:
+            if not started:
+                clock.advance(ledger.settings.lease_s * 0.6)  # the others wait, leases run
+            started.append(event.task_id)
+
+    worker = Worker(ledger, "w-slow", pool=pool, concurrency=1, on_event=slow_first_task)
+    worker._task_s = 0.005
+    await worker.run(until_idle=True)
+
+    assert [(await ledger.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 3
+    for task_id in task_ids:
+        if task_id != started[0]:  # claimed again with a fresh lease, then run
+            reasons = [e.reason for e in await ledger.task_history(task_id)]
+            assert "handed back unstarted" in reasons
 
 
 # ------------------------------------------------------ cancel mid-flight
