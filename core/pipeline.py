@@ -21,6 +21,10 @@ from core.states import ErrorCode, Stage
 EMBED_BATCH = 64  # chunks per embedder call
 PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes
 ESTIMATE_INLINE_MAX_BYTES = 1 << 20  # bytes; larger files are page-counted on a thread
+# Originals up to this size are read (and hash-checked) on the event loop: ~30 us from
+# the local object store, less than the hop to a thread and back, which under GIL
+# contention from the embedder or ledger threads can wait milliseconds.
+STORE_READ_ON_LOOP_MAX_BYTES = 64 * 1024  # bytes
 # Markdown and plain text up to this size are parsed in the worker's own process, not
 # in a parser process. Text parsing is our own linear code (decode, NUL strip, regex
 # chunking; no native code, no recursion), so a hostile text can neither hang nor
@@ -132,7 +136,10 @@ class Pipeline:
         ledger, opts = self.ledger, self.options
         # download (the claim set download 0/1; a worker's claim brings the document)
         document = claim.document or await ledger.get_document(claim.document_id)
-        data = await asyncio.to_thread(ledger.store.get, document.object_key, document.sha256)
+        if document.size <= STORE_READ_ON_LOOP_MAX_BYTES:
+            data = ledger.store.get(document.object_key, document.sha256)
+        else:
+            data = await asyncio.to_thread(ledger.store.get, document.object_key, document.sha256)
 
         # parse: the page count is only known once parsed, so the bar starts from
         # a cheap estimate. Counting page objects scans the bytes: big files are
