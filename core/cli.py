@@ -16,13 +16,18 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from core.config import Settings, settings_from
 from core.errors import BadInput, IngestDeskError
 from core.filters import parse_filter
-from core.ledger import BulkResult, DocumentView, Ledger, TaskView, read_upload
 from core.states import ERRORS, DocumentStatus, ErrorCode, TaskStatus
+
+if TYPE_CHECKING:
+    # Imported where used: a worker process starts its parser process before the
+    # ledger's modules (SQLAlchemy) load; see core.worker_command.
+    from core.ledger import BulkResult, DocumentView, Ledger, TaskView
+    from core.parse_pool import ParserPool
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
@@ -91,6 +96,8 @@ def _read_inputs(args: argparse.Namespace, max_bytes: int) -> list[tuple[bytes, 
     files: list[str] = args.files
     if args.name and len(files) != 1:
         raise BadInput("--name applies to exactly one file")
+    from core.ledger import read_upload
+
     inputs: list[tuple[bytes, str]] = []
     problems: list[str] = []
     for f in files:
@@ -286,7 +293,7 @@ async def cmd_errors(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
     out.emit(value, [f"{i.code.value:<22} {i.meaning}; {i.advice}" for i in ERRORS.values()])
 
 
-Command = Callable[[Ledger, argparse.Namespace, Output], Awaitable[None]]
+Command = Callable[["Ledger", argparse.Namespace, Output], Awaitable[None]]
 
 COMMANDS: dict[str, Command] = {
     "upload": cmd_upload,
@@ -440,7 +447,7 @@ def _add_dashboard_options(parser: argparse.ArgumentParser, *, top_level: bool) 
 def _add_runtime_commands(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
     """Commands that run long (workers, the dashboard) and live in other modules."""
     try:
-        from core.worker import add_worker_arguments
+        from core.worker_command import add_worker_arguments
     except ImportError:  # pragma: no cover - the worker arrives with its own issue
         return
     add_worker_arguments(add("worker", "claim and run ingestion tasks"))
@@ -457,16 +464,18 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-async def run(args: argparse.Namespace, out: Output) -> None:
+async def run(args: argparse.Namespace, out: Output, pool: ParserPool | None = None) -> None:
     settings = _settings(args)
     if args.command == "worker":
-        from core.worker import run_worker_command
+        from core.worker_command import run_worker_command
 
-        await run_worker_command(settings, args, out)
+        await run_worker_command(settings, args, out, pool)
         return
     if args.command == "errors":
         await cmd_errors(None, args, out)  # type: ignore[arg-type]
         return
+    from core.ledger import Ledger
+
     ledger = await Ledger.open(settings)
     try:
         await COMMANDS[args.command](ledger, args, out)
@@ -527,8 +536,13 @@ def main(argv: Sequence[str] | None = None, *, launch: Launcher | None = None) -
         except IngestDeskError as exc:
             print(f"ingestdesk: {exc.message}", file=sys.stderr)
             return exc.exit_code
+    pool = None
+    if args.command == "worker":
+        from core.worker_command import start_parser_early
+
+        pool = start_parser_early(args)
     try:
-        asyncio.run(run(args, out))
+        asyncio.run(run(args, out, pool))
     except IngestDeskError as exc:
         kind = type(exc).__name__
         if out.as_json:

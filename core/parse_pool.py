@@ -273,6 +273,11 @@ class ParserPool:
         for child in busy:
             child.kill()
         idle, self._idle = self._idle, []
+        for child in idle:
+            if not child.ready:
+                # Prestarted and never used: it may still be importing, and would
+                # only read the stop request after that. It holds no work.
+                child.kill()
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(self._threads, child.stop) for child in idle))
         # Waits for in-flight exchanges too; the kills above make them return at once,

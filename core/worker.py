@@ -1,40 +1,31 @@
 """Workers claim tasks from the ledger and run them through the pipeline.
 
 The same :class:`Worker` runs inside the dashboard (as coroutines on its event loop)
-and as ``ingestdesk worker`` processes. CPU-bound parsing happens in a process pool
-and database I/O is async, so a worker never blocks the loop it shares.
+and as ``ingestdesk worker`` processes (:mod:`core.worker_command`). CPU-bound parsing
+happens in a process pool and database I/O is async, so a worker never blocks the
+loop it shares.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
 import os
-import signal
 import socket
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from core.config import Settings
 from core.embedder import Embedder, HashingEmbedder
 from core.ledger import Claim, Ledger
 from core.parse_pool import ParserPool
 from core.pipeline import Outcome, Pipeline, PipelineOptions
 
-if TYPE_CHECKING:
-    from core.cli import Output
-
 IDLE_POLL_MIN_S = 0.2  # seconds between claim attempts right after work ran out
 IDLE_POLL_MAX_S = 2.0  # seconds; idle polling backs off up to this
 REAP_EVERY_S = 5.0  # seconds between sweeps for expired leases
 REGISTRY_HEARTBEAT_S = 10.0  # seconds between worker-registry heartbeats
-DEFAULT_STOP_GRACE_S = 10.0  # seconds running tasks get to finish on SIGTERM
 # Claims a worker takes ahead of its free slots, in one claim transaction, when tasks
 # are quick: about this much work by the recent average task time. A claim costs a
 # write transaction (~1 ms for one task, ~0.25 ms each in a batch of eight), as much
@@ -342,113 +333,3 @@ class Worker:
         while True:
             await asyncio.sleep(REGISTRY_HEARTBEAT_S)
             await self.ledger.worker_heartbeat(self.worker_id)
-
-
-# ------------------------------------------------------------------ CLI glue
-
-
-def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "task_id", nargs="?", help="claim this task (default: the oldest claimable)"
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--loop", action="store_true", help="keep claiming until interrupted")
-    mode.add_argument(
-        "--until-idle", action="store_true", help="drain everything claimable, then exit"
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=2,
-        help="tasks in flight at once (default 2: the next is parsed while the last is indexed)",
-    )
-    parser.add_argument(
-        "--parsers", type=int, default=1, help="parser processes (default 1, one core's worth)"
-    )
-    parser.add_argument("--worker-id", help="name shown in the ledger (default host-pid)")
-    parser.add_argument("--lease", type=float, help="lease in seconds (default 30)")
-    parser.add_argument("--parser", choices=["pypdf", "pdfium"], default="pypdf")
-    parser.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk")
-    parser.add_argument("--chunk-overlap", type=int, default=150, help="characters of overlap")
-
-
-async def run_worker_command(settings: Settings, args: argparse.Namespace, out: Output) -> None:
-    from core.errors import BadInput
-
-    if args.concurrency < 1:
-        raise BadInput("--concurrency must be at least 1")
-    if args.parsers < 1:
-        raise BadInput("--parsers must be at least 1")
-    if args.lease is not None and args.lease <= 0:
-        raise BadInput("--lease must be positive")
-    if args.parser == "pdfium":
-        try:
-            import pypdfium2  # noqa: F401
-        except ImportError as exc:
-            raise BadInput(
-                "--parser pdfium needs the extra: pip install 'ingestdesk[pdfium]'"
-            ) from exc
-    log_stream = sys.stderr if out.as_json else sys.stdout
-
-    def log(event: WorkerEvent) -> None:
-        print(event.line, file=log_stream, flush=True)
-
-    pool = ParserPool(workers=min(args.parsers, args.concurrency))
-    if args.loop or args.until_idle:
-        # Start the parser process now, so its start-up (~0.1 s of imports) overlaps
-        # opening the ledger and the first claim instead of delaying the first parse.
-        # Not for a single task: that run may miss its claim and need no parser.
-        pool.prestart()
-    try:
-        ledger = await Ledger.open(settings)
-    except BaseException:
-        await pool.aclose()
-        raise
-    worker = Worker(
-        ledger,
-        args.worker_id,
-        pool=pool,
-        concurrency=args.concurrency,
-        lease_s=args.lease,
-        options=PipelineOptions(args.parser, args.chunk_size, args.chunk_overlap),
-        on_event=log,
-        register=bool(args.loop or args.until_idle),
-    )
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, worker.stop)
-    try:
-        if args.loop or args.until_idle:
-            await worker.run(until_idle=args.until_idle, stop_grace_s=DEFAULT_STOP_GRACE_S)
-        else:
-            try:
-                if args.task_id:
-                    task_id = (await ledger.get_task(args.task_id)).task_id
-                    await worker.run_task(task_id, stop_grace_s=DEFAULT_STOP_GRACE_S)
-                else:
-                    await worker.run_one(stop_grace_s=DEFAULT_STOP_GRACE_S)
-            finally:
-                await worker.close()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        await pool.aclose()
-        await ledger.close()
-    stats = worker.stats
-    summary: dict[str, Any] = {
-        "worker_id": worker.worker_id,
-        "claimed": stats.claimed,
-        "missed": stats.missed,
-        "outcomes": stats.outcomes,
-    }
-    if out.as_json:
-        print(json.dumps(summary, sort_keys=True))
-    elif args.loop or args.until_idle:
-        print(
-            f"worker={worker.worker_id} stopped: claimed={len(stats.claimed)} "
-            + " ".join(
-                f"{r}={list(stats.outcomes.values()).count(r)}"
-                for r in sorted(set(stats.outcomes.values()))
-            ),
-            flush=True,
-        )
