@@ -38,7 +38,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--concurrency",
         type=int,
         default=2,
-        help="tasks in flight at once (default 2: the next is parsed while the last is indexed)",
+        help="tasks in flight at once (default 2: the next is parsed while the last is "
+        "indexed; doubled while tasks take under 20 ms)",
     )
     parser.add_argument(
         "--parsers", type=int, default=1, help="parser processes (default 1, one core's worth)"

