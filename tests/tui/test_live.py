@@ -14,6 +14,7 @@ import pytest
 from textual.widgets import Log
 
 from core import Ledger, Settings, TaskStatus, sqlite_url
+from tests.hostile import make_pdf
 from tests.tui.conftest import APP_SIZE, Seeded, submit, wait_for
 from tui.app import IngestDeskApp, run_dashboard
 from tui.screens.race import RACERS, RaceScreen
@@ -38,7 +39,8 @@ class StuckPool:
 
 
 async def test_quit_hands_running_tasks_back(empty: Seeded) -> None:
-    task = await submit(empty, "long-report.md")
+    # A PDF: small Markdown and text are parsed in the worker's process, not the pool.
+    task = await submit(empty, "long-report.pdf", make_pdf(["Quarterly figures"]))
     pool = StuckPool()
     app = IngestDeskApp(
         empty.ledger,

@@ -135,6 +135,9 @@ class DashboardScreen(Screen[None]):
             for limit in dict.fromkeys((first, self.desk.window_rows)):
                 tasks = await query.window(ledger, limit)
                 table.load(tasks, self.desk.clock())
+                # The count boxes show the new filter in the same frame as its rows:
+                # a frame of its own would make the rows wait for the next one.
+                self.query_one(StatusCounts).set_active(query.status, filtered=not query.empty)
                 self._title_table(len(table.tasks))
                 if len(tasks) < limit:
                     break  # that was every matching task
@@ -181,7 +184,6 @@ class DashboardScreen(Screen[None]):
     def set_query(self, query: TaskQuery) -> None:
         self.query_filter = query
         self._counted = None
-        self.query_one(StatusCounts).set_active(query.status, filtered=not query.empty)
         self.reload_window()
 
     def action_status_filter(self, key: str) -> None:
