@@ -404,7 +404,11 @@ class _Child:
                     str(self._max_parses),
                     *sys.path,
                 ],
+                # Nothing a parser (or a native library under it) prints may land on
+                # the terminal a dashboard draws on; failures come back as replies.
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 pass_fds=(child_fd,),
             )
         except BaseException:

@@ -19,7 +19,6 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from multiprocessing import resource_tracker
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import events, work
@@ -133,10 +132,6 @@ class IngestDeskApp(App[int]):
         window_rows: int = WINDOW_ROWS,
     ) -> None:
         super().__init__()
-        # Textual replaces sys.stderr once it runs; multiprocessing's resource
-        # tracker needs the real descriptor to start, so start it now, before any
-        # parser pool spawns a child (see ParserPool).
-        resource_tracker.ensure_running()
         self.ledger = ledger
         self.read_only = read_only
         self.initial_workers = 0 if read_only else max(0, workers)
