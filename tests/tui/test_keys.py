@@ -69,6 +69,15 @@ async def select(pilot: Pilot[Any], task_id: str) -> None:
     await pilot.pause()
 
 
+async def open_failures(pilot: Pilot[Any]) -> FailuresScreen:
+    """Press f and return the failures screen once it is shown."""
+    await pilot.press("f")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, FailuresScreen))
+    screen = pilot.app.screen
+    assert isinstance(screen, FailuresScreen)
+    return screen
+
+
 # ------------------------------------------------------------------------ main
 
 
@@ -312,10 +321,7 @@ async def test_failures_screen_groups_and_drills_down(seeded: Seeded) -> None:
     app = make_app(seeded)
     async with app.run_test(size=APP_SIZE) as pilot:
         await ready(pilot)
-        await pilot.press("f")
-        await wait_for(pilot, lambda: isinstance(app.screen, FailuresScreen))
-        screen = app.screen
-        assert isinstance(screen, FailuresScreen)
+        screen = await open_failures(pilot)
         await wait_for(pilot, lambda: len(screen.groups) == 2, what="two groups")
         groups = screen.query_one("#failure-groups", DataTable)
         first = groups.coordinate_to_cell_key((0, 0)).row_key.value
@@ -344,10 +350,7 @@ async def test_retry_from_the_failures_screen(seeded: Seeded) -> None:
     app = make_app(seeded)
     async with app.run_test(size=APP_SIZE) as pilot:
         await ready(pilot)
-        await pilot.press("f")
-        await wait_for(pilot, lambda: isinstance(app.screen, FailuresScreen))
-        screen = app.screen
-        assert isinstance(screen, FailuresScreen)
+        screen = await open_failures(pilot)
         await wait_for(pilot, lambda: len(screen.tasks) == 2)
         await pilot.press("enter", "r")
         await wait_for(pilot, lambda: app.mirror.counts[TaskStatus.FAILED] == 2, what="a retry")
@@ -479,10 +482,7 @@ async def test_failures_screen_follows_new_failures(seeded: Seeded) -> None:
     app = make_app(seeded)
     async with app.run_test(size=APP_SIZE) as pilot:
         await ready(pilot)
-        await pilot.press("f")
-        await wait_for(pilot, lambda: isinstance(app.screen, FailuresScreen))
-        screen = app.screen
-        assert isinstance(screen, FailuresScreen)
+        screen = await open_failures(pilot)
         await wait_for(pilot, lambda: len(screen.groups) == 2)
         claim = await seeded.ledger.claim(seeded.id("queued-memo.md"), "w4")
         assert claim is not None

@@ -299,11 +299,6 @@ class TaskTable(ScrollView, can_focus=True):
         """The row showing ``task_id``. Raises KeyError if it is not in the window."""
         return self._index[task_id]
 
-    def clear(self) -> None:
-        self.tasks.clear()
-        self._rows.clear()
-        self._set_order([])
-
     def load(self, tasks: Iterable[TaskView], now: float) -> None:
         """Make the table hold exactly ``tasks`` (a fresh window)."""
         selected = self.selected
