@@ -232,10 +232,10 @@ def bare_round_batched(conn: sqlite3.Connection, cycles: int) -> list[tuple[str,
 async def ledger_round_single(ledger: Ledger, cycles: int) -> list[tuple[str, str]]:
     done: list[tuple[str, str]] = []
     for _ in range(cycles):
-        claims = await ledger.claim_next(WORKER, limit=1)
+        claims = await ledger.queue.claim_next(WORKER, limit=1)
         if len(claims) != 1:
             raise RuntimeError(f"claim_next(limit=1) returned {len(claims)} claims")
-        if not await ledger.complete(claims[0]):
+        if not await ledger.queue.finish(claims[0], []):
             raise RuntimeError("complete lost its task")
         done.append((claims[0].task_id, claims[0].document_id))
     return done
@@ -244,11 +244,11 @@ async def ledger_round_single(ledger: Ledger, cycles: int) -> list[tuple[str, st
 async def ledger_round_batched(ledger: Ledger, cycles: int) -> list[tuple[str, str]]:
     done: list[tuple[str, str]] = []
     for _ in range(cycles // BATCH):
-        claims = await ledger.claim_next(WORKER, limit=BATCH)
+        claims = await ledger.queue.claim_next(WORKER, limit=BATCH)
         if len(claims) != BATCH:
             raise RuntimeError(f"claim_next(limit={BATCH}) returned {len(claims)} claims")
         for claim in claims:
-            if not await ledger.complete(claim):
+            if not await ledger.queue.finish(claim, []):
                 raise RuntimeError("complete lost its task")
             done.append((claim.task_id, claim.document_id))
     return done
@@ -266,8 +266,10 @@ async def build_backlog(db_path: Path, store: Path, n: int) -> None:
     copies of those rows (documents, tasks, submit events, outbox) made with raw SQL."""
     async with await Ledger.open(settings_for(db_path, store)) as ledger:
         for i in range(min(SEED_DOCUMENTS, n)):
-            seed = await ledger.upload(f"backlog seed document {i}\n".encode(), f"seed-{i}.txt")
-            await ledger.submit(seed.document_id)
+            seed = await ledger.operator.upload(
+                f"backlog seed document {i}\n".encode(), f"seed-{i}.txt"
+            )
+            await ledger.operator.submit(seed.document_id)
     extra = n - min(SEED_DOCUMENTS, n)
     conn = bare_connect(db_path)
     conn.row_factory = sqlite3.Row
@@ -598,14 +600,14 @@ async def drain_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
         limit = int(spec["limit"])
         while True:
-            claims: list[Claim] = await retrying(lambda: ledger.claim_next(me, limit=limit))
+            claims: list[Claim] = await retrying(lambda: ledger.queue.claim_next(me, limit=limit))
             if not claims:
                 break
             for claim in claims:
                 answer["claimed"].append(claim.task_id)
                 if claim.attempt != 1:
                     answer["bad_attempt"].append(claim.task_id)
-                ok = await retrying(lambda c=claim: ledger.complete(c))  # type: ignore[misc]
+                ok = await retrying(lambda c=claim: ledger.queue.finish(c, []))  # type: ignore[misc]
                 if not ok:
                     answer["fenced_out"].append(claim.task_id)
         answer["end"] = time.time()
@@ -789,10 +791,10 @@ async def submit_run(workdir: Path, n_docs: int) -> SubmitResult:
         settings_for(run_dir / "ledger.db", run_dir / "objects")
     ) as ledger:
         t0 = time.perf_counter()
-        docs = [await ledger.upload_path(p) for p in files]
+        docs = [await ledger.operator.upload_path(p) for p in files]
         t1 = time.perf_counter()
         for d in docs:
-            await ledger.submit(d.document_id)
+            await ledger.operator.submit(d.document_id)
         t2 = time.perf_counter()
     floor_dir = run_dir / "fsync-floor"
     floor_dir.mkdir()

@@ -357,7 +357,7 @@ def descendants(root: int) -> list[int]:
 
 
 def process_role(pid: int) -> str:
-    """'parser' for a parser child (core.parse_child run by python -c, or a multiprocessing
+    """'parser' for a parser child (core.ingest.parse_child run by python -c, or a multiprocessing
     spawn child in older versions), 'helper' for a resource tracker, else 'other'."""
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -365,7 +365,7 @@ def process_role(pid: int) -> str:
         return "other"
     if "resource_tracker" in cmd:
         return "helper"
-    if "core.parse_child" in cmd or "spawn_main" in cmd or "multiprocessing-fork" in cmd:
+    if "core.ingest.parse_child" in cmd or "spawn_main" in cmd or "multiprocessing-fork" in cmd:
         return "parser"
     return "other"
 

@@ -208,20 +208,20 @@ async def _seed_tasks(settings: Settings) -> dict[str, str]:
     async with await Ledger.open(settings) as ledger:
         for kind in ("succeeded", "failed", "cancelled"):
             text = f"# Seed {kind}\n\nQuarterly ingestion notes; the ledger keeps the audit.\n"
-            doc = await ledger.upload(text.encode(), f"seed-{kind}.md")
-            task = await ledger.submit(doc.document_id, actor="bench")
+            doc = await ledger.operator.upload(text.encode(), f"seed-{kind}.md")
+            task = await ledger.operator.submit(doc.document_id, actor="bench")
             seeds[kind] = task.task_id
             if kind == "cancelled":
-                await ledger.cancel(task.task_id, actor="bench", reason="bench seed")
+                await ledger.operator.cancel(task.task_id, actor="bench", reason="bench seed")
                 continue
-            claim = await ledger.claim(task.task_id, SEED_WORKER)
+            claim = await ledger.queue.claim(task.task_id, SEED_WORKER)
             if claim is None:
                 raise RuntimeError("seed claim failed")
-            await ledger.report_progress(claim, Stage.PARSE, 1, 1)
+            await ledger.queue.report_progress(claim, Stage.PARSE, 1, 1)
             if kind == "succeeded":
-                await ledger.complete(claim)
+                await ledger.queue.finish(claim, [])
             else:
-                await ledger.fail(claim, ErrorCode.PARSE_ERROR, "bench seed")
+                await ledger.queue.fail(claim, ErrorCode.PARSE_ERROR, "bench seed")
     return seeds
 
 
@@ -379,11 +379,11 @@ async def time_queries(
         return percentile(samples, 50)
 
     async with await Ledger.open(settings_for(built.db_path, built.store)) as ledger:
-        head = await ledger.revision()
-        await ledger.tasks_since(head - changes)  # warm the connection and caches
-        since = await median_ms(lambda: ledger.tasks_since(head - changes), repeats)
-        idle = await median_ms(lambda: ledger.tasks_since(head), repeats)
-        full = await median_ms(lambda: ledger.list_tasks(limit=None), full_repeats)
+        head = await ledger.reads.revision()
+        await ledger.reads.tasks_since(head - changes)  # warm the connection and caches
+        since = await median_ms(lambda: ledger.reads.tasks_since(head - changes), repeats)
+        idle = await median_ms(lambda: ledger.reads.tasks_since(head), repeats)
+        full = await median_ms(lambda: ledger.reads.list_tasks(limit=None), full_repeats)
     return QueryCost(since, idle, full, changes)
 
 
@@ -404,17 +404,17 @@ WRITER_PHASES = 5  # retry, claim, progress, progress, fail
 
 async def _writer_step(ledger: Ledger, slot: _Slot) -> None:
     if slot.phase == 0:
-        await ledger.retry(slot.task_id, actor=WRITER_ACTOR, reason="bench load")
+        await ledger.operator.retry(slot.task_id, actor=WRITER_ACTOR, reason="bench load")
     elif slot.phase == 1:
-        slot.claim = await ledger.claim(slot.task_id, WRITER_ACTOR)
+        slot.claim = await ledger.queue.claim(slot.task_id, WRITER_ACTOR)
         if slot.claim is None:
             raise RuntimeError(f"writer could not claim {slot.task_id}")
     elif slot.phase in (2, 3):
         stage = Stage.PARSE if slot.phase == 2 else Stage.EMBEDDING
-        if not await ledger.report_progress(slot.claim, stage, slot.phase - 1, 2):
+        if not await ledger.queue.report_progress(slot.claim, stage, slot.phase - 1, 2):
             raise RuntimeError("writer lost its claim")
     else:
-        await ledger.fail(slot.claim, ErrorCode.PARSE_ERROR, "bench load")
+        await ledger.queue.fail(slot.claim, ErrorCode.PARSE_ERROR, "bench load")
         slot.claim = None
     slot.phase = (slot.phase + 1) % WRITER_PHASES
 
@@ -426,7 +426,8 @@ async def writer_main(config: dict[str, Any]) -> dict[str, Any]:
     rate, seconds = float(config["rate"]), float(config["seconds"])
     async with await Ledger.open(settings) as ledger:
         pool = [
-            t.task_id for t in await ledger.list_tasks(status=TaskStatus.FAILED, limit=WRITER_POOL)
+            t.task_id
+            for t in await ledger.reads.list_tasks(status=TaskStatus.FAILED, limit=WRITER_POOL)
         ]
         if len(pool) <= WRITER_ACTIVE:
             raise RuntimeError("writer pool too small")
@@ -864,8 +865,8 @@ def _profile_report(profiler: cProfile.Profile) -> str:
 async def _submit_pdfs(ledger: Ledger, pdfs: Sequence[Path], count: int) -> None:
     for n in range(count):
         path = pdfs[n % len(pdfs)]
-        doc = await ledger.upload(path.read_bytes(), f"{path.stem}-{n:03d}.pdf")
-        await ledger.submit(doc.document_id, actor="bench")
+        doc = await ledger.operator.upload(path.read_bytes(), f"{path.stem}-{n:03d}.pdf")
+        await ledger.operator.submit(doc.document_id, actor="bench")
 
 
 async def dashboard_main(config: dict[str, Any]) -> ChildResult:
@@ -909,7 +910,7 @@ async def dashboard_main(config: dict[str, Any]) -> ChildResult:
                 await asyncio.sleep(SETTLE_S)
                 await writer.ready()
                 # The writer's warm-up cycle must be polled and painted before idling.
-                head = await ledger.revision()
+                head = await ledger.reads.revision()
                 await _wait_until(lambda: app.mirror.revision >= head, FRAME_TIMEOUT_S)
                 await asyncio.sleep(SETTLE_S)
                 start = probe.cpu_start()

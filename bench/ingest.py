@@ -4,12 +4,12 @@ Prints, in one run, on corpora generated into a temporary folder:
 
 * **large**: PDFs of many pages. Pages/s through ``ingestdesk worker --until-idle``
   with one and with two worker processes, against bare pypdf ``extract_text`` over
-  the same files in this one process (and ``core.parsing.parse_document`` in-process,
+  the same files in this one process (and ``core.ingest.parsing.parse_document`` in-process,
   to separate parsing + chunking from everything else).
 * **small**: one-page PDFs and Markdown notes. Documents/s through one worker process
   against bare parsing (pypdf ``extract_text`` / UTF-8 decode) in this process.
 * ledger transactions per task, counted through SQLAlchemy events while an in-process
-  :class:`core.worker.Worker` runs a sample of each corpus, with the wall time of each
+  :class:`core.ingest.worker.Worker` runs a sample of each corpus, with the wall time of each
   ledger call, of the parse and of the embedder (where a task's time goes);
 * peak RSS (VmHWM) of worker processes and of their parser processes.
 
@@ -179,9 +179,9 @@ def bare_parse(files: Sequence[Path]) -> tuple[float, float]:
 
 
 def core_parse(files: Sequence[Path]) -> tuple[float, float]:
-    """``core.parsing.parse_document`` in this process: pypdf + NUL stripping +
+    """``core.ingest.parsing.parse_document`` in this process: pypdf + NUL stripping +
     chunking, no ledger, no parser process. Returns (wall seconds, CPU seconds)."""
-    from core.parsing import parse_document, sniff_kind
+    from core.ingest.parsing import parse_document, sniff_kind
 
     chunks = 0
     start, cpu = time.perf_counter(), time.process_time()
@@ -239,8 +239,8 @@ async def submit_all(db_path: Path, store: Path, files: Sequence[Path]) -> None:
     """Upload and submit every file through the ledger API (set-up, untimed)."""
     async with await Ledger.open(settings_for(db_path, store)) as ledger:
         for path in files:
-            doc = await ledger.upload_path(path)
-            await ledger.submit(doc.document_id)
+            doc = await ledger.operator.upload_path(path)
+            await ledger.operator.submit(doc.document_id)
 
 
 def copy_ledger(src: Path, dst: Path) -> None:
@@ -432,19 +432,18 @@ def _timed(trace: Trace, name: str, fn: Callable[..., Awaitable[Any]]) -> Any:
     return wrapper
 
 
+# The ledger calls a worker makes, by role.
 LEDGER_CALLS = (
-    "register_worker",
-    "worker_heartbeat",
-    "reap",
-    "claim_next",
-    "get_document",
-    "report_progress",
-    "heartbeat",
-    "replace_chunks",
-    "complete",
-    "finish",
-    "fail",
-    "hand_back",
+    ("registry", "register"),
+    ("registry", "heartbeat"),
+    ("queue", "reap"),
+    ("queue", "claim_next"),
+    ("reads", "get_document"),
+    ("queue", "report_progress"),
+    ("queue", "heartbeat"),
+    ("queue", "finish"),
+    ("queue", "fail"),
+    ("queue", "hand_back"),
 )
 
 
@@ -462,14 +461,15 @@ async def run_sample(
     """Run ``files`` through an in-process Worker with every ledger call, parse and
     embed call timed and, given a tracer, every statement SQLite runs counted (which
     slows statements down: time a separate run without it)."""
-    from core.parse_pool import ParserPool
-    from core.worker import Worker
+    from core.ingest.parse_pool import ParserPool
+    from core.ingest.worker import Worker
 
     await submit_all(db_path, store, files)
     trace = Trace()
     async with await Ledger.open(settings_for(db_path, store)) as ledger:
-        for name in LEDGER_CALLS:
-            setattr(ledger, name, _timed(trace, f"ledger.{name}", getattr(ledger, name)))
+        for role_name, name in LEDGER_CALLS:
+            role = getattr(ledger, role_name)
+            setattr(role, name, _timed(trace, f"ledger.{role_name}.{name}", getattr(role, name)))
         async with ParserPool(workers=1) as pool:
             await pool.parse(b"warm-up: start the parser process outside the timing\n", "text")
             pool.parse = _timed(trace, "parser pool parse", pool.parse)  # type: ignore[method-assign]
@@ -606,7 +606,7 @@ def run(plan: Plan, quick: bool, workdir: Path) -> None:
             bare_large.machine_idle,
         ),
         row(
-            "core.parsing.parse_document, this process",
+            "core.ingest.parsing.parse_document, this process",
             core_large.seconds,
             core_large.cpu_seconds,
             large.pages,
@@ -652,7 +652,7 @@ def run(plan: Plan, quick: bool, workdir: Path) -> None:
             bare_small.machine_idle,
         ),
         row(
-            "core.parsing.parse_document, this process",
+            "core.ingest.parsing.parse_document, this process",
             core_small.seconds,
             core_small.cpu_seconds,
             docs,

@@ -2,7 +2,7 @@
 ingestion pipeline. Headless by contract: nothing here imports a UI toolkit.
 
 Everything outside ``core`` imports from this module only. Names load lazily, so a
-parser child process importing ``core.parsing`` does not pay for SQLAlchemy.
+parser child process importing ``core.ingest.parsing`` does not pay for SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core.config import Settings, settings_from, sqlite_url
-    from core.embedder import Embedder, HashingEmbedder, ProviderUnavailable
     from core.errors import (
         BadInput,
         ClaimBug,
@@ -22,8 +21,14 @@ if TYPE_CHECKING:
         NotFound,
         ObjectReadError,
         SchemaTooNew,
+        error_detail_of,
     )
     from core.filters import TaskFilter, parse_filter
+    from core.ingest.embedder import Embedder, HashingEmbedder, ProviderUnavailable
+    from core.ingest.parse_pool import ParserPool
+    from core.ingest.pipeline import PipelineOptions
+    from core.ingest.worker import Worker, WorkerEvent
+    from core.intake import display_name
     from core.ledger import (
         BulkResult,
         ChunkRecord,
@@ -32,16 +37,16 @@ if TYPE_CHECKING:
         DocumentView,
         FailureGroup,
         Ledger,
+        Operator,
+        Reads,
         Reaped,
         SearchHit,
         TaskEventView,
         TaskView,
+        WorkerRegistry,
         WorkerView,
-        display_name,
-        error_detail_of,
+        WorkQueue,
     )
-    from core.parse_pool import ParserPool
-    from core.pipeline import PipelineOptions
     from core.states import (
         ERRORS,
         PAIRED_DOCUMENT_STATUS,
@@ -53,16 +58,15 @@ if TYPE_CHECKING:
         Stage,
         TaskStatus,
     )
-    from core.worker import Worker, WorkerEvent
 
 _LAZY: dict[str, str] = {
-    "Embedder": "core.embedder",
-    "HashingEmbedder": "core.embedder",
-    "ParserPool": "core.parse_pool",
-    "PipelineOptions": "core.pipeline",
-    "ProviderUnavailable": "core.embedder",
-    "Worker": "core.worker",
-    "WorkerEvent": "core.worker",
+    "Embedder": "core.ingest.embedder",
+    "HashingEmbedder": "core.ingest.embedder",
+    "ParserPool": "core.ingest.parse_pool",
+    "PipelineOptions": "core.ingest.pipeline",
+    "ProviderUnavailable": "core.ingest.embedder",
+    "Worker": "core.ingest.worker",
+    "WorkerEvent": "core.ingest.worker",
     "BadInput": "core.errors",
     "BulkResult": "core.ledger",
     "ChunkRecord": "core.ledger",
@@ -94,8 +98,12 @@ _LAZY: dict[str, str] = {
     "TaskStatus": "core.states",
     "TaskView": "core.ledger",
     "WorkerView": "core.ledger",
-    "display_name": "core.ledger",
-    "error_detail_of": "core.ledger",
+    "display_name": "core.intake",
+    "error_detail_of": "core.errors",
+    "Operator": "core.ledger",
+    "Reads": "core.ledger",
+    "WorkQueue": "core.ledger",
+    "WorkerRegistry": "core.ledger",
     "parse_filter": "core.filters",
     "settings_from": "core.config",
     "sqlite_url": "core.config",
@@ -135,9 +143,11 @@ __all__ = [
     "LedgerUnavailable",
     "NotFound",
     "ObjectReadError",
+    "Operator",
     "ParserPool",
     "PipelineOptions",
     "ProviderUnavailable",
+    "Reads",
     "Reaped",
     "SchemaTooNew",
     "SearchHit",
@@ -147,8 +157,10 @@ __all__ = [
     "TaskFilter",
     "TaskStatus",
     "TaskView",
+    "WorkQueue",
     "Worker",
     "WorkerEvent",
+    "WorkerRegistry",
     "WorkerView",
     "display_name",
     "error_detail_of",

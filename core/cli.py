@@ -13,6 +13,7 @@ import asyncio
 import getpass
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,8 +27,8 @@ from core.states import ERRORS, DocumentStatus, ErrorCode, TaskStatus
 if TYPE_CHECKING:
     # Imported where used: a worker process starts its parser process before the
     # ledger's modules (SQLAlchemy) load; see core.worker_command.
+    from core.ingest.parse_pool import ParserPool
     from core.ledger import BulkResult, DocumentView, Ledger, TaskView
-    from core.parse_pool import ParserPool
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
@@ -96,7 +97,7 @@ def _read_inputs(args: argparse.Namespace, max_bytes: int) -> list[tuple[bytes, 
     files: list[str] = args.files
     if args.name and len(files) != 1:
         raise BadInput("--name applies to exactly one file")
-    from core.ledger import read_upload
+    from core.intake import read_upload
 
     inputs: list[tuple[bytes, str]] = []
     problems: list[str] = []
@@ -116,19 +117,21 @@ def _read_inputs(args: argparse.Namespace, max_bytes: int) -> list[tuple[bytes, 
 
 
 async def cmd_upload(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    from core.intake import check_upload
+
     inputs = await asyncio.to_thread(_read_inputs, args, ledger.settings.max_upload_bytes)
     problems = []
     for data, name in inputs:
         try:
-            ledger.check_upload(data, name)
+            check_upload(data, name, ledger.settings.max_upload_bytes)
         except BadInput as exc:
             problems.append(exc.message)
     if problems:
         raise BadInput("; ".join(problems))
-    docs = [await ledger.upload(data, name) for data, name in inputs]
+    docs = [await ledger.operator.upload(data, name) for data, name in inputs]
     submitted: list[TaskView] = []
     if args.command == "add":
-        submitted = [await ledger.submit(d.document_id, actor=args.actor) for d in docs]
+        submitted = [await ledger.operator.submit(d.document_id, actor=args.actor) for d in docs]
         out.emit(
             [t.to_dict() for t in submitted],
             [
@@ -147,7 +150,7 @@ async def cmd_upload(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
 
 
 async def cmd_submit(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    task = await ledger.submit(args.document_id, actor=args.actor)
+    task = await ledger.operator.submit(args.document_id, actor=args.actor)
     out.emit(
         task.to_dict(),
         f"submitted task={task.task_id} document={task.document_id} status={task.status}",
@@ -155,20 +158,21 @@ async def cmd_submit(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
 
 
 async def cmd_tasks(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    tasks = await ledger.list_tasks(
+    tasks = await ledger.reads.list_tasks(
         status=args.status, error_code=args.error_code, limit=args.limit
     )
     out.emit([t.to_dict() for t in tasks], [task_line(t) for t in tasks] or ["no tasks"])
 
 
 async def cmd_task(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    task = await ledger.get_task(args.task_id)
-    history = await ledger.task_history(task.task_id)
-    value = task.to_dict() | {"history": [e.to_dict() for e in history]}
+    task = await ledger.reads.get_task(args.task_id)
+    history = await ledger.reads.task_history(task.task_id)
+    stalled = task.is_stalled(time.time(), ledger.settings.stall_after_s)
+    value = task.to_dict() | {"stalled": stalled, "history": [e.to_dict() for e in history]}
     lines = [
         f"task      {task.task_id}",
         f"document  {task.document_id}  {task.document_name or '(gone)'}",
-        f"status    {task.status.value}{'  (stalled)' if task.stalled else ''}",
+        f"status    {task.status.value}{'  (stalled)' if stalled else ''}",
         f"stage     {task.stage.value} {task.completed}/{task.total}",
         f"attempt   {task.attempt} of {task.max_attempts}",
         f"worker    {task.worker_id or '-'}",
@@ -187,13 +191,13 @@ async def cmd_task(ledger: Ledger, args: argparse.Namespace, out: Output) -> Non
 
 
 async def cmd_documents(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    docs = await ledger.list_documents(status=args.status, limit=args.limit)
+    docs = await ledger.reads.list_documents(status=args.status, limit=args.limit)
     out.emit([d.to_dict() for d in docs], [document_line(d) for d in docs] or ["no documents"])
 
 
 async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    doc = await ledger.get_document(args.document_id)
-    tasks = await ledger.list_tasks(document_id=doc.document_id, limit=None)
+    doc = await ledger.reads.get_document(args.document_id)
+    tasks = await ledger.reads.list_tasks(document_id=doc.document_id, limit=None)
     value = doc.to_dict() | {"tasks": [t.to_dict() for t in tasks]}
     lines = [
         f"document  {doc.document_id}",
@@ -226,11 +230,11 @@ def _target(args: argparse.Namespace) -> str | None:
 
 async def cmd_cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     if task_id := _target(args):
-        task = await ledger.cancel(task_id, actor=args.actor, reason=args.reason)
+        task = await ledger.operator.cancel(task_id, actor=args.actor, reason=args.reason)
         line = f"cancelled task={task.task_id} document={task.document_id} (a draft again)"
         out.emit(task.to_dict(), line)
         return
-    result = await ledger.bulk_cancel(
+    result = await ledger.operator.bulk_cancel(
         parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
     )
     out.emit(result.to_dict(), _bulk_lines("cancel", "cancelled", result))
@@ -238,20 +242,20 @@ async def cmd_cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
 
 async def cmd_retry(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     if task_id := _target(args):
-        task = await ledger.retry(task_id, actor=args.actor, reason=args.reason)
+        task = await ledger.operator.retry(task_id, actor=args.actor, reason=args.reason)
         out.emit(
             task.to_dict(),
             f"requeued task={task.task_id} attempt={task.attempt} status={task.status}",
         )
         return
-    result = await ledger.bulk_retry(
+    result = await ledger.operator.bulk_retry(
         parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
     )
     out.emit(result.to_dict(), _bulk_lines("requeue", "requeued", result))
 
 
 async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    hits = await ledger.search(args.query, limit=args.limit, include_unpublished=args.all)
+    hits = await ledger.reads.search(args.query, limit=args.limit, include_unpublished=args.all)
     lines = [
         f"{h.document_id[:8]}  page={h.page if h.page is not None else '-':<4} "
         f"{h.filename}: {h.text[:80]!r}"
@@ -264,12 +268,12 @@ async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
 
 
 async def cmd_publish(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    doc = await ledger.publish(args.document_id, actor=args.actor)
+    doc = await ledger.operator.publish(args.document_id, actor=args.actor)
     out.emit(doc.to_dict(), f"published document={doc.document_id} name={doc.filename}")
 
 
 async def cmd_chunks(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    chunks = await ledger.chunks(args.document_id)
+    chunks = await ledger.reads.chunks(args.document_id)
     out.emit(
         [c.to_dict() for c in chunks],
         [

@@ -44,7 +44,7 @@ class Settings:
 
 def sqlite_url(path: Path) -> str:
     """The SQLAlchemy URL of a SQLite ledger file."""
-    return f"sqlite+aiosqlite:///{path.resolve()}"
+    return f"sqlite:///{path.resolve()}"
 
 
 def settings_from(

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import Settings, sqlite_url
-from core.errors import BadInput, ObjectReadError
-from core.ledger import Ledger, error_detail_of, new_id
+from core.errors import BadInput, ObjectReadError, error_detail_of
+from core.ledger import Ledger, new_id
 from core.states import ErrorCode
 
 DEMO_SEED = 20_240_611  # fixed: the corpus is byte-identical on every run
@@ -341,8 +341,8 @@ async def build_demo_async(
             if item.name == RETRY_DOCUMENT:
                 await _submit_failed_once(ledger, item, directory)
             else:
-                doc = await ledger.upload(item.data, item.name)
-                await ledger.submit(doc.document_id, actor=DEMO_ACTOR)
+                doc = await ledger.operator.upload(item.data, item.name)
+                await ledger.operator.submit(doc.document_id, actor=DEMO_ACTOR)
     finally:
         await ledger.close()
     return settings
@@ -351,23 +351,24 @@ async def build_demo_async(
 async def _submit_failed_once(ledger: Ledger, item: DemoFile, directory: Path) -> None:
     """Run one real attempt of ``item`` while its stored original is missing, then
     put the original back, leaving a failed task that a retry will fix."""
-    doc = await ledger.upload(item.data, item.name)
+    doc = await ledger.operator.upload(item.data, item.name)
     # One allowed attempt: object_read_error is transient and would otherwise be
     # retried automatically (and succeed) before the operator ever saw it.
-    single = Ledger(ledger.engine, ledger.settings.with_(max_attempts=1), clock=ledger.clock)
-    task = await single.submit(doc.document_id, actor=DEMO_ACTOR)
+    # The same open ledger under other settings: nothing new to open or close.
+    single = Ledger(ledger.transactions, ledger.settings.with_(max_attempts=1), clock=ledger.clock)
+    task = await single.operator.submit(doc.document_id, actor=DEMO_ACTOR)
     stored = ledger.settings.store_root / doc.object_key
     aside = directory / "withheld" / doc.sha256
     aside.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(stored, aside)
     try:
-        claim = await ledger.claim(task.task_id, DEMO_SETUP_WORKER)
+        claim = await ledger.queue.claim(task.task_id, DEMO_SETUP_WORKER)
         if claim is None:  # pragma: no cover - nothing else runs during the build
             raise RuntimeError("demo setup could not claim its own task")
         try:
-            ledger.store.get(doc.object_key, doc.sha256)
+            ledger.operator.store.get(doc.object_key, doc.sha256)
         except ObjectReadError as exc:
-            await ledger.fail(claim, ErrorCode.OBJECT_READ_ERROR, error_detail_of(exc))
+            await ledger.queue.fail(claim, ErrorCode.OBJECT_READ_ERROR, error_detail_of(exc))
         else:  # pragma: no cover - the object was just moved away
             raise RuntimeError("the withheld object was still readable")
     finally:

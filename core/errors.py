@@ -51,3 +51,12 @@ class ObjectReadError(IngestDeskError):
 
 class ClaimBug(IngestDeskError):
     """A claim updated more than one row: the claim statement is wrong."""
+
+
+ERROR_DETAIL_MAX = 500  # characters
+
+
+def error_detail_of(exc: BaseException) -> str:
+    """What a failure may say about an exception: its type name, nothing else
+    (a message can carry a path or user data; a type name cannot)."""
+    return type(exc).__name__[:ERROR_DETAIL_MAX]

@@ -21,7 +21,7 @@ from core.errors import BadInput
 from core.states import ErrorCode, Stage, TaskStatus
 
 if TYPE_CHECKING:
-    from core.ledger import TaskView
+    from core.ledger.views import TaskView
 
 FIELDS = ("status", "code", "stage", "attempt", "worker", "name", "id", "document")
 ALIASES = {"error": "code", "error_code": "code", "doc": "document", "task": "id"}

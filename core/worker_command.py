@@ -1,4 +1,4 @@
-"""``ingestdesk worker``: arguments and the command that runs a :class:`core.worker.Worker`.
+"""``ingestdesk worker``: arguments and the command that runs a :class:`core.ingest.worker.Worker`.
 
 Light on purpose: the CLI imports this module to build its parser, and a looping
 worker starts its parser process (:func:`start_parser_early`) before the ledger's
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.config import Settings
 from core.errors import BadInput
-from core.parse_pool import ParserPool
+from core.ingest.parse_pool import ParserPool
 
 if TYPE_CHECKING:
     from core.cli import Output
@@ -86,9 +86,9 @@ async def run_worker_command(
 
 
 async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: ParserPool) -> None:
+    from core.ingest.pipeline import PipelineOptions
+    from core.ingest.worker import Worker, WorkerEvent
     from core.ledger import Ledger
-    from core.pipeline import PipelineOptions
-    from core.worker import Worker, WorkerEvent
 
     if args.concurrency < 1:
         raise BadInput("--concurrency must be at least 1")
@@ -132,7 +132,7 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
         else:
             try:
                 if args.task_id:
-                    task_id = (await ledger.get_task(args.task_id)).task_id
+                    task_id = (await ledger.reads.get_task(args.task_id)).task_id
                     await worker.run_task(task_id, stop_grace_s=DEFAULT_STOP_GRACE_S)
                 else:
                     await worker.run_one(stop_grace_s=DEFAULT_STOP_GRACE_S)

@@ -231,13 +231,13 @@ class IngestDeskApp(App[int]):
     async def _take_baseline(self) -> None:
         ledger = self.ledger
         for _ in range(BASELINE_TRIES):
-            before = await ledger.revision()
+            before = await ledger.reads.revision()
             at = self.clock()
-            counts = await ledger.counts()
-            after = await ledger.revision()
+            counts = await ledger.reads.counts()
+            after = await ledger.reads.revision()
             if before == after:
                 break
-        running = await ledger.list_tasks(status=TaskStatus.RUNNING, limit=RUNNING_LOAD_MAX)
+        running = await ledger.reads.list_tasks(status=TaskStatus.RUNNING, limit=RUNNING_LOAD_MAX)
         self.mirror.start(counts=counts, revision=before, at=at, running=running)
         self._reconciled_at = time.monotonic()
         self._baseline_taken = True
@@ -257,20 +257,20 @@ class IngestDeskApp(App[int]):
     async def _poll_once(self) -> bool:
         """One poll. True when more changes are waiting (the batch was full)."""
         ledger, mirror = self.ledger, self.mirror
-        changes = await ledger.tasks_since(mirror.revision, limit=POLL_BATCH)
+        changes = await ledger.reads.tasks_since(mirror.revision, limit=POLL_BATCH)
         self._last_poll_changed = bool(changes)
         fresh = mirror.apply(changes)
         for task_id in list(mirror.unresolved)[:RESOLVE_PER_POLL]:
-            history = await ledger.task_history(task_id)
+            history = await ledger.reads.task_history(task_id)
             mirror.resolve(task_id, status_at(history, mirror.baseline_at))
         tick = time.monotonic()
         if tick - self._workers_read_at >= LEDGER_WORKERS_EVERY_S:
-            self.ledger_workers = await ledger.list_workers()
+            self.ledger_workers = await ledger.registry.workers()
             self._workers_read_at = tick
         if not changes and tick - self._reconciled_at >= RECONCILE_EVERY_S:
-            counts = await ledger.counts()
+            counts = await ledger.reads.counts()
             # Exact only if nothing committed since the last read of changes.
-            if await ledger.revision() == mirror.revision:
+            if await ledger.reads.revision() == mirror.revision:
                 mirror.reconcile(counts)
             self._reconciled_at = tick
         now = self.clock()

@@ -39,7 +39,7 @@ class TaskQuery:
 
     async def window(self, ledger: Ledger, limit: int) -> list[TaskView]:
         """The newest ``limit`` matching tasks, newest first."""
-        return await ledger.list_tasks(filter=self.filter or None, limit=limit)
+        return await ledger.reads.list_tasks(filter=self.filter or None, limit=limit)
 
 
 def parse_query(text: str) -> TaskQuery:

@@ -1,7 +1,7 @@
 """What the dashboard knows about the ledger, kept current from changes alone.
 
 The dashboard reads the whole ledger once (counts per status, the running tasks) and
-from then on only applies what ``Ledger.tasks_since(revision)`` returns, so the cost
+from then on only applies what ``Ledger.reads.tasks_since(revision)`` returns, so the cost
 of a refresh follows the rate of change, not the size of the ledger.
 
 Counting needs each changed task's *previous* status. The mirror remembers the status

@@ -52,7 +52,7 @@ async def wait_for(path: Path) -> None:
 async def drain(ledger, me):
     claimed, errors = [], []
     while True:
-        claims = await ledger.claim_next(me, limit=ARGS["limit"])
+        claims = await ledger.queue.claim_next(me, limit=ARGS["limit"])
         if not claims:
             return claimed, errors
         for claim in claims:
@@ -61,7 +61,7 @@ async def drain(ledger, me):
             await asyncio.sleep(ARGS["work_s"])
             if claim.attempt != 1:
                 errors.append(f"{claim.task_id} claimed with attempt {claim.attempt}")
-            if not await ledger.complete(claim):
+            if not await ledger.queue.finish(claim, []):
                 errors.append(f"complete({claim.task_id}) lost the task")
 
 
@@ -72,7 +72,7 @@ async def duel(ledger, me):
         Path(ARGS["rounds"], f"{i}.{me}").touch()
         for other in ARGS["workers"]:
             await wait_for(Path(ARGS["rounds"], f"{i}.{other}"))
-        claim = await ledger.claim(task_id, me)
+        claim = await ledger.queue.claim(task_id, me)
         if claim is None:
             lost.append(task_id)
         elif claim.task_id != task_id or claim.worker_id != me:
@@ -113,8 +113,8 @@ async def submit_many(settings: Settings, n: int) -> list[str]:
     async with await Ledger.open(settings) as ledger:
         task_ids = []
         for i in range(n):
-            doc = await ledger.upload(f"document number {i}\n".encode(), f"doc-{i}.txt")
-            task_ids.append((await ledger.submit(doc.document_id)).task_id)
+            doc = await ledger.operator.upload(f"document number {i}\n".encode(), f"doc-{i}.txt")
+            task_ids.append((await ledger.operator.submit(doc.document_id)).task_id)
     return task_ids
 
 
@@ -170,15 +170,15 @@ def race(
 
 async def assert_all_succeeded_once(settings: Settings, task_ids: list[str]) -> None:
     async with await Ledger.open(settings) as ledger:
-        tasks = {t.task_id: t for t in await ledger.list_tasks(limit=None)}
+        tasks = {t.task_id: t for t in await ledger.reads.list_tasks(limit=None)}
         assert set(tasks) == set(task_ids)
         assert {t.status for t in tasks.values()} == {TaskStatus.SUCCEEDED}
         assert {t.attempt for t in tasks.values()} == {1}
-        docs = await ledger.list_documents(limit=None)
+        docs = await ledger.reads.list_documents(limit=None)
         assert {d.status for d in docs} == {DocumentStatus.REVIEW_PENDING}
         # One claim event per task: a loser never left a trace in the history.
         for task_id in task_ids[:: max(1, len(task_ids) // 25)]:
-            history = await ledger.task_history(task_id)
+            history = await ledger.reads.task_history(task_id)
             assert [e.to_status for e in history] == [
                 TaskStatus.QUEUED,
                 TaskStatus.RUNNING,
@@ -203,7 +203,7 @@ async def drain_race(settings: Settings, tmp_path: Path, n_tasks: int, n_workers
     await assert_all_succeeded_once(settings, task_ids)
     # Whoever claimed a task is the worker the ledger recorded.
     async with await Ledger.open(settings) as ledger:
-        owner = {t.task_id: t.worker_id for t in await ledger.list_tasks(limit=None)}
+        owner = {t.task_id: t.worker_id for t in await ledger.reads.list_tasks(limit=None)}
     for worker, answer in answers.items():
         assert {owner[t] for t in answer["claimed"]} == {worker}
 
@@ -257,12 +257,12 @@ async def test_two_processes_claiming_the_same_task_have_exactly_one_winner(
     assert right["won"], "right never won"
     async with await Ledger.open(sqlite_settings) as ledger:
         for task_id in task_ids:
-            task = await ledger.get_task(task_id)
+            task = await ledger.reads.get_task(task_id)
             winner = "left" if task_id in left["won"] else "right"
             assert (task.status, task.attempt, task.worker_id) == (
                 TaskStatus.RUNNING,
                 1,
                 winner,
             )
-            history = await ledger.task_history(task_id)
+            history = await ledger.reads.task_history(task_id)
             assert [(e.to_status, e.actor) for e in history[1:]] == [(TaskStatus.RUNNING, winner)]

@@ -32,6 +32,7 @@ from core import (
     TaskStatus,
     sqlite_url,
 )
+from core.intake import check_upload
 
 CLI_TIMEOUT_S = 60.0  # seconds one command may take before the test gives up
 EXIT_OK, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_NOT_FOUND = 0, 2, 3, 4
@@ -287,9 +288,9 @@ def test_tasks_filters_by_status_and_error_code(
     failed = add(cli, tmp_path, "f.txt", TEXT + b"f")
 
     async def fail_it(ledger: Ledger) -> None:
-        claim = await ledger.claim(failed["task_id"], "worker-1")
+        claim = await ledger.queue.claim(failed["task_id"], "worker-1")
         assert claim is not None
-        assert await ledger.fail(claim, ErrorCode.PARSE_ERROR, "bad xref") is not None
+        assert await ledger.queue.fail(claim, ErrorCode.PARSE_ERROR, "bad xref") is not None
 
     with_ledger(db_path, store, fail_it)
 
@@ -321,9 +322,9 @@ def test_retry_of_a_failed_task_requeues_it(
     task = add(cli, tmp_path)
 
     async def fail_it(ledger: Ledger) -> None:
-        claim = await ledger.claim(task["task_id"], "worker-1")
+        claim = await ledger.queue.claim(task["task_id"], "worker-1")
         assert claim is not None
-        await ledger.fail(claim, ErrorCode.INTERNAL_ERROR)
+        await ledger.queue.fail(claim, ErrorCode.INTERNAL_ERROR)
 
     with_ledger(db_path, store, fail_it)
     again = ok(cli("retry", task["task_id"], "--reason", "fixed the bug", "--json"))
@@ -561,7 +562,7 @@ def assert_nothing_written(db_path: Path, store: Path) -> None:
     """No document, no task and no stored object: a refused upload leaves no trace."""
 
     async def contents(ledger: Ledger) -> tuple[list[Any], list[Any]]:
-        return await ledger.list_documents(), await ledger.list_tasks()
+        return await ledger.reads.list_documents(), await ledger.reads.list_tasks()
 
     assert with_ledger(db_path, store, contents) == ([], [])
     assert stored_objects(store) == []
@@ -648,11 +649,20 @@ def test_a_malformed_ledger_url_is_bad_input(tmp_path: Path, url: str) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_sync_driver_url_is_bad_input(tmp_path: Path) -> None:
-    url = f"sqlite+pysqlite:///{tmp_path / 'ledger.db'}"
+def test_a_sync_postgres_driver_url_is_bad_input(tmp_path: Path) -> None:
+    url = "postgresql+psycopg2://user:secret@127.0.0.1:1/ledger"
     result = run(["--db", url, "tasks", "--json"], cwd=tmp_path)
     assert result.code == EXIT_BAD_INPUT, result
     assert result.error["kind"] == "BadInput"
+    assert "secret" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("driver", ["sqlite", "sqlite+pysqlite", "sqlite+aiosqlite"])
+def test_every_sqlite_spelling_opens_the_same_ledger(tmp_path: Path, driver: str) -> None:
+    url = f"{driver}:///{tmp_path / 'ledger.db'}"
+    result = run(["--db", url, "tasks", "--json"], cwd=tmp_path)
+    assert result.code == 0, result
+    assert (tmp_path / "ledger.db").is_file()
 
 
 def test_a_usage_error_under_json_still_prints_one_json_value(cli: Cli) -> None:
@@ -694,15 +704,15 @@ async def test_the_upload_size_limit_refuses_big_files(settings: Settings, tmp_p
     path = write(tmp_path / "big.txt", big)
     async with await Ledger.open(small) as ledger:
         with pytest.raises(BadInput, match=rf"{len(big)} bytes is over the upload limit"):
-            await ledger.upload(big, "big.txt")
+            await ledger.operator.upload(big, "big.txt")
         with pytest.raises(BadInput, match="over the upload limit"):
-            await ledger.upload_path(path)
+            await ledger.operator.upload_path(path)
         with pytest.raises(BadInput, match="over the upload limit"):
-            ledger.check_upload(big, "big.txt")
-        assert await ledger.list_documents() == []
+            check_upload(big, "big.txt", small.max_upload_bytes)
+        assert await ledger.reads.list_documents() == []
         assert stored_objects(small.store_root) == []
         # Exactly at the limit is fine.
-        doc = await ledger.upload(TEXT, "fits.txt")
+        doc = await ledger.operator.upload(TEXT, "fits.txt")
         assert doc.size == small.max_upload_bytes
 
 

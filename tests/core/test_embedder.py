@@ -10,7 +10,7 @@ import sys
 import zlib
 from array import array
 
-from core.embedder import SLOT_CACHE_MAX, Embedder, HashingEmbedder, cosine
+from core.ingest.embedder import SLOT_CACHE_MAX, Embedder, HashingEmbedder, cosine
 
 
 async def test_vectors_are_normalised_and_lexical() -> None:
@@ -28,7 +28,7 @@ async def test_vectors_are_normalised_and_lexical() -> None:
 
 def test_vectors_are_the_same_in_another_process() -> None:
     code = (
-        "import asyncio; from core.embedder import HashingEmbedder;"
+        "import asyncio; from core.ingest.embedder import HashingEmbedder;"
         "print(asyncio.run(HashingEmbedder().embed(['claim race']))[0].hex())"
     )
     runs = {

@@ -12,24 +12,24 @@ async def seed(ledger: Ledger, clock: FakeClock) -> dict[str, str]:
     """Tasks in every interesting state; returns name → task id."""
     ids: dict[str, str] = {}
     for name in ("report-q1.txt", "report-q2.txt", "notes.txt", "scan.txt", "old.txt", "wip.txt"):
-        doc = await ledger.upload(f"content of {name}\n".encode(), name)
-        ids[name] = (await ledger.submit(doc.document_id)).task_id
+        doc = await ledger.operator.upload(f"content of {name}\n".encode(), name)
+        ids[name] = (await ledger.operator.submit(doc.document_id)).task_id
         clock.advance(1)
     for name, code in (
         ("report-q1.txt", ErrorCode.PARSE_ERROR),
         ("scan.txt", ErrorCode.EMPTY_DOCUMENT),
     ):
-        claim = await ledger.claim(ids[name], "w1")
+        claim = await ledger.queue.claim(ids[name], "w1")
         assert claim is not None
-        await ledger.fail(claim, code)
-    await ledger.cancel(ids["old.txt"])
-    claim = await ledger.claim(ids["wip.txt"], "w2")
+        await ledger.queue.fail(claim, code)
+    await ledger.operator.cancel(ids["old.txt"])
+    claim = await ledger.queue.claim(ids["wip.txt"], "w2")
     assert claim is not None
     # report-q1 fails twice: attempt 2
-    await ledger.retry(ids["report-q1.txt"])
-    claim = await ledger.claim(ids["report-q1.txt"], "w1")
+    await ledger.operator.retry(ids["report-q1.txt"])
+    claim = await ledger.queue.claim(ids["report-q1.txt"], "w1")
     assert claim is not None
-    await ledger.fail(claim, ErrorCode.PARSE_ERROR)
+    await ledger.queue.fail(claim, ErrorCode.PARSE_ERROR)
     return ids
 
 
@@ -54,11 +54,11 @@ async def test_filters_select_the_same_tasks_in_sql_and_in_memory(
 ) -> None:
     await seed(ledger, clock)
     flt = parse_filter(expr)
-    in_sql = await ledger.list_tasks(filter=flt, limit=None)
+    in_sql = await ledger.reads.list_tasks(filter=flt, limit=None)
     assert {t.document_name for t in in_sql} == expected
-    everything = await ledger.list_tasks(limit=None)
+    everything = await ledger.reads.list_tasks(limit=None)
     assert {t.document_name for t in everything if flt.matches(t)} == expected
-    assert await ledger.count_tasks(flt) == len(expected)
+    assert await ledger.reads.count_tasks(flt) == len(expected)
 
 
 @pytest.mark.parametrize(
@@ -85,27 +85,27 @@ def test_like_wildcards_in_filters_are_literal() -> None:
 async def test_bulk_retry_dry_run_then_execute(ledger: Ledger, clock: FakeClock) -> None:
     ids = await seed(ledger, clock)
     flt = parse_filter("report")
-    dry = await ledger.bulk_retry(flt, dry_run=True)
+    dry = await ledger.operator.bulk_retry(flt, dry_run=True)
     assert (dry.matched, dry.eligible, dry.done) == (2, 1, 0)
     assert dry.ineligible == {"queued: only failed tasks can be retried": 1}
-    assert (await ledger.get_task(ids["report-q1.txt"])).status is TaskStatus.FAILED
-    done = await ledger.bulk_retry(flt, actor="op", reason="parser upgraded")
+    assert (await ledger.reads.get_task(ids["report-q1.txt"])).status is TaskStatus.FAILED
+    done = await ledger.operator.bulk_retry(flt, actor="op", reason="parser upgraded")
     assert (done.done, done.refused) == (1, 0)
-    requeued = await ledger.get_task(ids["report-q1.txt"])
+    requeued = await ledger.reads.get_task(ids["report-q1.txt"])
     assert requeued.status is TaskStatus.QUEUED
-    history = await ledger.task_history(requeued.task_id)
+    history = await ledger.reads.task_history(requeued.task_id)
     assert (history[-1].actor, history[-1].reason) == ("op", "parser upgraded")
 
 
 async def test_bulk_cancel_explains_what_it_skips(ledger: Ledger, clock: FakeClock) -> None:
     await seed(ledger, clock)
-    result = await ledger.bulk_cancel(parse_filter(""), actor="op")
+    result = await ledger.operator.bulk_cancel(parse_filter(""), actor="op")
     assert result.matched == 6
     assert result.done == 3  # report-q2, notes (queued) and wip (running)
     assert result.ineligible == {
         "failed: only queued, running or retry_wait tasks can be cancelled": 2,
         "cancelled: only queued, running or retry_wait tasks can be cancelled": 1,
     }
-    counts = await ledger.counts()
+    counts = await ledger.reads.counts()
     assert counts[TaskStatus.CANCELLED] == 4
     assert counts[TaskStatus.QUEUED] == counts[TaskStatus.RUNNING] == 0

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.parse_pool import ParserPool, estimate_pages
-from core.parsing import (
+from core.ingest.parse_pool import ParserPool, estimate_pages
+from core.ingest.parsing import (
     MAX_LOGGED_WARNINGS,
     Chunk,
     ParsedDocument,
@@ -199,7 +199,7 @@ def test_warning_flood_is_counted_but_logging_is_capped(caplog: pytest.LogCaptur
     assert [c.text for c in doc.chunks] == ["survivor"]
     assert doc.warnings > 1000
     assert not [r for r in caplog.records if r.name.startswith("pypdf")]
-    ours = [r for r in caplog.records if r.name == "core.parsing"]
+    ours = [r for r in caplog.records if r.name == "core.ingest.parsing"]
     assert len(ours) == MAX_LOGGED_WARNINGS
     assert f"{doc.warnings - (MAX_LOGGED_WARNINGS - 1)} more" in ours[-1].getMessage()
     # The capture is undone: pypdf logs normally again outside a parse.
@@ -662,13 +662,15 @@ async def test_pdfium_meets_hostile_files_only_inside_the_pool() -> None:
 async def test_pool_logs_capped_child_warnings_in_the_parent(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="core.parsing")
+    caplog.set_level(logging.WARNING, logger="core.ingest.parsing")
 
     async with ParserPool() as pool:
         doc = await pool.parse(hostile.warning_flood_pdf(), "pdf")
 
     assert doc.warnings > 1000
-    assert len([r for r in caplog.records if r.name == "core.parsing"]) == MAX_LOGGED_WARNINGS
+    assert (
+        len([r for r in caplog.records if r.name == "core.ingest.parsing"]) == MAX_LOGGED_WARNINGS
+    )
 
 
 @pytest.mark.asyncio

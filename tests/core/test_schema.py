@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from core import Ledger, LedgerUnavailable, ObjectReadError, SchemaTooNew, Settings, sqlite_url
-from core.db import MIGRATIONS_DIR
+from core.ledger.migrate import MIGRATIONS_DIR
 from core.store import ObjectStore
 
 
@@ -49,7 +49,7 @@ def test_schema_head_constant_matches_the_migrations() -> None:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    from core.db import SCHEMA_HEAD
+    from core.ledger.migrate import SCHEMA_HEAD
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -77,12 +77,11 @@ async def test_sqlite_connections_use_wal_and_the_chosen_durability(
 ) -> None:
     ledger = await Ledger.open(_settings(tmp_path, sqlite_synchronous=choice))
     try:
-        async with ledger.engine.connect() as conn:
-            pragma = lambda name: conn.exec_driver_sql(f"PRAGMA {name}")  # noqa: E731
-            assert (await pragma("journal_mode")).scalar() == "wal"
-            assert (await pragma("synchronous")).scalar() == expected
-            assert (await pragma("foreign_keys")).scalar() == 1
-            assert (await pragma("busy_timeout")).scalar() == 30_000
+        names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+        values = await ledger.transactions.read(
+            lambda conn: [conn.exec_driver_sql(f"PRAGMA {name}").scalar() for name in names]
+        )
+        assert values == ["wal", expected, 1, 30_000]
     finally:
         await ledger.close()
 
@@ -92,7 +91,7 @@ async def test_claim_next_uses_the_partial_index(tmp_path: Path) -> None:
     (and sorts) every claimable task; the claim must spell the statuses as literals."""
     from sqlalchemy.dialects import sqlite
 
-    from core.ledger import CLAIM_NEXT
+    from core.ledger.statements import CLAIM_NEXT
 
     ledger = await Ledger.open(_settings(tmp_path))
     await ledger.close()
@@ -139,8 +138,9 @@ def test_core_stays_headless() -> None:
 async def test_postgres_ledger_opens_and_migrates(pg_url: str, tmp_path: Path) -> None:
     ledger = await Ledger.open(Settings(db_url=pg_url, store_root=tmp_path / "o"))
     try:
-        async with ledger.engine.connect() as conn:
-            version = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+        version = await ledger.transactions.read(
+            lambda conn: conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        )
         assert version == "0002"
         assert ledger.backend == "postgresql"
     finally:

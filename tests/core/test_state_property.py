@@ -11,7 +11,7 @@ must always hold:
 * a document has at most one task in an active status;
 * ``attempt`` and ``revision`` never decrease, and every task change gets a revision
   above everything a reader could already have seen;
-* chunks are exactly what the last successful ``replace_chunks`` wrote, only for a
+* chunks are exactly what the last successful ``finish`` wrote, only for a
   document whose current task wrote them, and never for a draft;
 * each task's event history chains ``None → queued → … → its current status``.
 
@@ -145,25 +145,21 @@ class LedgerMachine(RuleBasedStateMachine):
         return self.loop.run_until_complete(coro)
 
     def task(self, task_id: str) -> TaskView:
-        return self.run(self.ledger.get_task(task_id))
+        return self.run(self.ledger.reads.get_task(task_id))
 
     def document(self, document_id: str) -> DocumentView:
-        return self.run(self.ledger.get_document(document_id))
+        return self.run(self.ledger.reads.get_document(document_id))
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """Raw rows, read in one transaction of the ledger's own runner."""
+        return self.run(
+            self.ledger.transactions.read(
+                lambda conn: [tuple(r) for r in conn.execute(text(sql)).all()]
+            )
+        )
 
     def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
-        async def read() -> dict[str, list[tuple[Any, ...]]]:
-            async with self.ledger.engine.connect() as conn:
-                return {
-                    table: [
-                        tuple(r)
-                        for r in (
-                            await conn.execute(text(f"SELECT * FROM {table} ORDER BY 1"))
-                        ).all()
-                    ]
-                    for table in SNAPSHOT_TABLES
-                }
-
-        return self.run(read())
+        return {table: self.rows(f"SELECT * FROM {table} ORDER BY 1") for table in SNAPSHOT_TABLES}
 
     def refused(self, action: Callable[[], Coroutine[Any, Any, Any]], match: str) -> None:
         """An operator action the rules refuse: Conflict, and nothing written."""
@@ -190,50 +186,36 @@ class LedgerMachine(RuleBasedStateMachine):
         )
 
     def chunk_texts(self) -> dict[str, list[str]]:
-        async def read() -> dict[str, list[str]]:
-            async with self.ledger.engine.connect() as conn:
-                rows = (
-                    await conn.execute(
-                        text("SELECT document_id, text FROM chunks ORDER BY document_id, ordinal")
-                    )
-                ).all()
-            out: dict[str, list[str]] = defaultdict(list)
-            for document_id, chunk in rows:
-                out[document_id].append(chunk)
-            return out
-
-        return self.run(read())
+        out: dict[str, list[str]] = defaultdict(list)
+        for document_id, chunk in self.rows(
+            "SELECT document_id, text FROM chunks ORDER BY document_id, ordinal"
+        ):
+            out[document_id].append(chunk)
+        return out
 
     def event_chains(self) -> dict[str, list[tuple[str | None, str]]]:
-        async def read() -> dict[str, list[tuple[str | None, str]]]:
-            async with self.ledger.engine.connect() as conn:
-                rows = (
-                    await conn.execute(
-                        text("SELECT task_id, from_status, to_status FROM task_events ORDER BY id")
-                    )
-                ).all()
-            out: dict[str, list[tuple[str | None, str]]] = defaultdict(list)
-            for task_id, source, target in rows:
-                out[task_id].append((source, target))
-            return out
-
-        return self.run(read())
+        out: dict[str, list[tuple[str | None, str]]] = defaultdict(list)
+        for task_id, source, target in self.rows(
+            "SELECT task_id, from_status, to_status FROM task_events ORDER BY id"
+        ):
+            out[task_id].append((source, target))
+        return out
 
     # --------------------------------------------------------- documents, submit
 
     @rule(target=documents, name=st.sampled_from(["notes.txt", "runbook.md", "report.text"]))
     def upload(self, name: str) -> str:
         self.uploads += 1
-        doc = self.run(self.ledger.upload(f"document {self.uploads}\n".encode(), name))
+        doc = self.run(self.ledger.operator.upload(f"document {self.uploads}\n".encode(), name))
         assert doc.status is DocumentStatus.DRAFT
         return doc.document_id
 
     def _submit(self, document_id: str) -> Any:
         doc = self.document(document_id)
         if doc.status is not DocumentStatus.DRAFT:
-            self.refused(lambda: self.ledger.submit(document_id), "only draft documents")
+            self.refused(lambda: self.ledger.operator.submit(document_id), "only draft documents")
             return multiple()
-        task = self.run(self.ledger.submit(document_id, actor="operator"))
+        task = self.run(self.ledger.operator.submit(document_id, actor="operator"))
         event("submit applied")
         assert (task.status, task.stage, task.attempt) == (TaskStatus.QUEUED, Stage.DOWNLOAD, 0)
         assert task.document_id == document_id
@@ -269,9 +251,9 @@ class LedgerMachine(RuleBasedStateMachine):
         if not (
             before.status is TaskStatus.QUEUED or (before.status is TaskStatus.RETRY_WAIT and due)
         ):
-            self.ignored(lambda: self.ledger.claim(task_id, worker), None)
+            self.ignored(lambda: self.ledger.queue.claim(task_id, worker), None)
             return multiple()
-        claim = self.run(self.ledger.claim(task_id, worker))
+        claim = self.run(self.ledger.queue.claim(task_id, worker))
         assert claim is not None
         event(f"claim of a {before.status.value} task applied")
         self._check_claimed(claim, before, worker)
@@ -280,7 +262,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(target=claims, worker=WORKERS, limit=st.integers(1, 3))
     def claim_next(self, worker: str, limit: int) -> Any:
         now = self.clock()
-        before = {t.task_id: t for t in self.run(self.ledger.list_tasks(limit=None))}
+        before = {t.task_id: t for t in self.run(self.ledger.reads.list_tasks(limit=None))}
         due = sorted(
             (
                 t
@@ -292,7 +274,7 @@ class LedgerMachine(RuleBasedStateMachine):
             key=lambda t: (t.next_attempt_at, t.task_id),
         )
         before_rows = self.snapshot()
-        claims = self.run(self.ledger.claim_next(worker, limit=limit))
+        claims = self.run(self.ledger.queue.claim_next(worker, limit=limit))
         if not due:
             assert claims == []
             assert self.snapshot() == before_rows
@@ -325,9 +307,9 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(claim=claims)
     def heartbeat(self, claim: Claim) -> None:
         if not self.holds(claim):
-            self.ignored(lambda: self.ledger.heartbeat(claim), False)
+            self.ignored(lambda: self.ledger.queue.heartbeat(claim), False)
             return
-        assert self.run(self.ledger.heartbeat(claim)) is True
+        assert self.run(self.ledger.queue.heartbeat(claim)) is True
         assert self.task(claim.task_id).lease_expires_at == self.clock() + LEASE_S
 
     @rule(
@@ -338,9 +320,11 @@ class LedgerMachine(RuleBasedStateMachine):
     )
     def report_progress(self, claim: Claim, stage: Stage, completed: int, total: int) -> None:
         if not self.holds(claim):
-            self.ignored(lambda: self.ledger.report_progress(claim, stage, completed, total), False)
+            self.ignored(
+                lambda: self.ledger.queue.report_progress(claim, stage, completed, total), False
+            )
             return
-        assert self.run(self.ledger.report_progress(claim, stage, completed, total)) is True
+        assert self.run(self.ledger.queue.report_progress(claim, stage, completed, total)) is True
         after = self.task(claim.task_id)
         assert (after.status, after.stage, after.completed, after.total) == (
             TaskStatus.RUNNING,
@@ -358,50 +342,40 @@ class LedgerMachine(RuleBasedStateMachine):
             fake = replace(claim, worker_id=STRANGER)
         else:
             fake = replace(claim, task_id=other, worker_id=STRANGER)
-        self.ignored(lambda: self.ledger.report_progress(fake, Stage.PARSE, 1, 2), False)
-        self.ignored(lambda: self.ledger.heartbeat(fake), False)
+        self.ignored(lambda: self.ledger.queue.report_progress(fake, Stage.PARSE, 1, 2), False)
+        self.ignored(lambda: self.ledger.queue.heartbeat(fake), False)
+        self.ignored(lambda: self.ledger.queue.fail(fake, ErrorCode.INTERNAL_ERROR), None)
         self.ignored(
-            lambda: self.ledger.replace_chunks(fake, [ChunkRecord(0, "forged", None, 0, 6)]),
+            lambda: self.ledger.queue.finish(fake, [ChunkRecord(0, "forged", None, 0, 6)]),
             False,
         )
-        self.ignored(lambda: self.ledger.fail(fake, ErrorCode.INTERNAL_ERROR), None)
-        self.ignored(lambda: self.ledger.complete(fake), False)
 
-    @rule(claim=claims, n=st.integers(0, 3))
-    def replace_chunks(self, claim: Claim, n: int) -> None:
+    # finish, fail and hand_back use their claim up (a worker does not write after
+    # them); claims made stale by cancel or the reaper stay around for the other rules.
+    @rule(target=reviewable, claim=consumes(claims), n=st.integers(0, 3))
+    def finish(self, claim: Claim, n: int) -> Any:
+        """Index and finalize in one step: exactly these chunks, task succeeded,
+        document review_pending; from anyone but the holder, nothing at all."""
         records = [
             ChunkRecord(i, f"chunk {i} of attempt {claim.attempt}", None, 10 * i, 10 * i + 9)
             for i in range(n)
         ]
         if not self.holds(claim):
-            self.ignored(lambda: self.ledger.replace_chunks(claim, records), False)
-            return
-        assert self.run(self.ledger.replace_chunks(claim, records)) is True
-        event("replace_chunks applied")
+            self.ignored(lambda: self.ledger.queue.finish(claim, records), False)
+            return multiple()
+        assert self.run(self.ledger.queue.finish(claim, records)) is True
+        event("finish applied")
         after = self.task(claim.task_id)
         assert (after.status, after.stage, after.completed, after.total) == (
-            TaskStatus.RUNNING,
-            Stage.INDEXING,
+            TaskStatus.SUCCEEDED,
+            Stage.FINALIZING,
             n,
             n,
         )
-        self.expected_chunks[claim.document_id] = [r.text for r in records]
-        self.indexed_by[claim.document_id] = claim.task_id
-
-    # complete, fail and hand_back use their claim up (a worker does not write after
-    # them); claims made stale by cancel or the reaper stay around for the other rules.
-    @rule(target=reviewable, claim=consumes(claims))
-    def complete(self, claim: Claim) -> Any:
-        if not self.holds(claim):
-            self.ignored(lambda: self.ledger.complete(claim), False)
-            return multiple()
-        assert self.run(self.ledger.complete(claim)) is True
-        event("complete applied")
-        after = self.task(claim.task_id)
-        assert (after.status, after.stage) == (TaskStatus.SUCCEEDED, Stage.FINALIZING)
-        assert after.completed == after.total
         assert after.lease_expires_at is None
         assert self.document(claim.document_id).status is DocumentStatus.REVIEW_PENDING
+        self.expected_chunks[claim.document_id] = [r.text for r in records]
+        self.indexed_by[claim.document_id] = claim.task_id
         return claim.document_id
 
     @rule(
@@ -412,11 +386,11 @@ class LedgerMachine(RuleBasedStateMachine):
     )
     def fail(self, claim: Claim, code: ErrorCode, detail: str | None) -> Any:
         if not self.holds(claim):
-            self.ignored(lambda: self.ledger.fail(claim, code, detail), None)
+            self.ignored(lambda: self.ledger.queue.fail(claim, code, detail), None)
             return multiple()
         before = self.task(claim.task_id)
         now = self.clock()
-        answer = self.run(self.ledger.fail(claim, code, detail))
+        answer = self.run(self.ledger.queue.fail(claim, code, detail))
         assert answer is not None
         event(f"fail applied: {answer.status.value}")
         after = self.task(claim.task_id)
@@ -452,20 +426,20 @@ class LedgerMachine(RuleBasedStateMachine):
             return multiple()
         self.report_progress(claimed, Stage.PARSE, 1, 1)
         self.report_progress(claimed, Stage.EMBEDDING, n, n)
-        self.replace_chunks(claimed, n)
-        return self.complete(claimed)
+        return self.finish(claimed, n)
 
     @rule(target=claims, task_id=tasks, worker=WORKERS, n=st.integers(1, 3))
     def cancel_during_indexing(self, task_id: str, worker: str, n: int) -> Any:
-        """The operator cancels a run that already wrote chunks: the draft keeps none,
-        and the worker's claim (returned, now stale) can write nothing more."""
+        """The operator cancels a run that reached indexing: the draft keeps no
+        chunks, and the worker's claim (returned, now stale) can write nothing more."""
         claimed = self.claim(task_id, worker)
         if not isinstance(claimed, Claim):
             return multiple()
-        self.replace_chunks(claimed, n)
-        assert len(self.chunk_texts()[claimed.document_id]) == n
+        self.report_progress(claimed, Stage.INDEXING, n, n)
         self.cancel(task_id)
         assert self.chunk_texts().get(claimed.document_id, []) == []
+        records = [ChunkRecord(i, f"late chunk {i}", None, 0, 1) for i in range(n)]
+        self.ignored(lambda: self.ledger.queue.finish(claimed, records), False)
         return claimed
 
     @rule(target=claims, task_id=tasks, worker=WORKERS)
@@ -502,9 +476,9 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(claim=consumes(claims))
     def hand_back(self, claim: Claim) -> None:
         if not self.holds(claim):
-            self.ignored(lambda: self.ledger.hand_back(claim), False)
+            self.ignored(lambda: self.ledger.queue.hand_back(claim), False)
             return
-        assert self.run(self.ledger.hand_back(claim)) is True
+        assert self.run(self.ledger.queue.hand_back(claim)) is True
         event("hand_back applied")
         after = self.task(claim.task_id)
         assert (after.status, after.next_attempt_at) == (TaskStatus.RETRY_WAIT, self.clock())
@@ -519,11 +493,13 @@ class LedgerMachine(RuleBasedStateMachine):
         before = self.task(task_id)
         if before.status not in ACTIVE:
             self.refused(
-                lambda: self.ledger.cancel(task_id, actor="operator"),
+                lambda: self.ledger.operator.cancel(task_id, actor="operator"),
                 f"is {before.status.value}; only",
             )
             return
-        answer = self.run(self.ledger.cancel(task_id, actor="operator", reason="changed my mind"))
+        answer = self.run(
+            self.ledger.operator.cancel(task_id, actor="operator", reason="changed my mind")
+        )
         event(f"cancel of a {before.status.value} task applied")
         after = self.task(task_id)
         assert answer.status is after.status is TaskStatus.CANCELLED
@@ -541,12 +517,14 @@ class LedgerMachine(RuleBasedStateMachine):
         before = self.task(task_id)
         doc = self.document(before.document_id)
         if before.status is TaskStatus.CANCELLED:
-            self.refused(lambda: self.ledger.retry(task_id), "submit the document again")
+            self.refused(lambda: self.ledger.operator.retry(task_id), "submit the document again")
             return
         if before.status is not TaskStatus.FAILED or doc.status is not DocumentStatus.FAILED:
-            self.refused(lambda: self.ledger.retry(task_id), "cannot be retried|only failed")
+            self.refused(
+                lambda: self.ledger.operator.retry(task_id), "cannot be retried|only failed"
+            )
             return
-        self.run(self.ledger.retry(task_id, actor="operator"))
+        self.run(self.ledger.operator.retry(task_id, actor="operator"))
         event("retry applied")
         after = self.task(task_id)
         assert (after.status, after.stage, after.completed, after.total) == (
@@ -565,9 +543,9 @@ class LedgerMachine(RuleBasedStateMachine):
     def _publish(self, document_id: str) -> None:
         doc = self.document(document_id)
         if doc.status is not DocumentStatus.REVIEW_PENDING:
-            self.refused(lambda: self.ledger.publish(document_id), "waiting for review")
+            self.refused(lambda: self.ledger.operator.publish(document_id), "waiting for review")
             return
-        published = self.run(self.ledger.publish(document_id, actor="operator"))
+        published = self.run(self.ledger.operator.publish(document_id, actor="operator"))
         event("publish applied")
         assert published.status is DocumentStatus.PUBLISHED
         assert published.version == doc.version + 1
@@ -590,7 +568,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def reap(self, seconds: float) -> None:
         self.clock.advance(seconds)
         now = self.clock()
-        before = {t.task_id: t for t in self.run(self.ledger.list_tasks(limit=None))}
+        before = {t.task_id: t for t in self.run(self.ledger.reads.list_tasks(limit=None))}
         expired = {
             t.task_id: TaskStatus.FAILED if t.attempt >= t.max_attempts else TaskStatus.RETRY_WAIT
             for t in before.values()
@@ -601,7 +579,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if not expired:
             self.ignored(lambda: self._reap_ids(), None)
             return
-        reaped = self.run(self.ledger.reap())
+        reaped = self.run(self.ledger.queue.reap())
         event(f"reap took {len(reaped)}")
         assert {r.task_id: r.status for r in reaped} == expired
         for task_id, status in expired.items():
@@ -619,14 +597,14 @@ class LedgerMachine(RuleBasedStateMachine):
                 assert doc.status is DocumentStatus.PROCESSING
 
     async def _reap_ids(self) -> None:
-        assert await self.ledger.reap() == []
+        assert await self.ledger.queue.reap() == []
 
     # --------------------------------------------------------------- invariants
 
     @invariant()
     def documents_are_paired_with_their_current_task(self) -> None:
-        tasks = self.run(self.ledger.list_tasks(limit=None))
-        docs = self.run(self.ledger.list_documents(limit=None))
+        tasks = self.run(self.ledger.reads.list_tasks(limit=None))
+        docs = self.run(self.ledger.reads.list_documents(limit=None))
         by_document: dict[str, list[TaskView]] = defaultdict(list)
         for task in tasks:
             by_document[task.document_id].append(task)
@@ -649,7 +627,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @invariant()
     def task_fields_match_their_status(self) -> None:
-        for task in self.run(self.ledger.list_tasks(limit=None)):
+        for task in self.run(self.ledger.reads.list_tasks(limit=None)):
             running = task.status is TaskStatus.RUNNING
             assert (task.lease_expires_at is not None) == running, task
             if running:
@@ -664,7 +642,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @invariant()
     def attempts_and_revisions_never_go_back(self) -> None:
-        tasks = self.run(self.ledger.list_tasks(limit=None))
+        tasks = self.run(self.ledger.reads.list_tasks(limit=None))
         top = self.seen_revision
         for task in tasks:
             assert task.attempt >= self.highest_attempt.get(task.task_id, 0), task
@@ -675,12 +653,12 @@ class LedgerMachine(RuleBasedStateMachine):
                 assert task.revision > top, (task, top)
             self.seen_rows[task.task_id] = row
             self.seen_revision = max(self.seen_revision, task.revision)
-        assert self.run(self.ledger.revision()) == self.seen_revision
+        assert self.run(self.ledger.reads.revision()) == self.seen_revision
 
     @invariant()
     def chunks_belong_to_indexed_documents(self) -> None:
         actual = self.chunk_texts()
-        docs = {d.document_id: d for d in self.run(self.ledger.list_documents(limit=None))}
+        docs = {d.document_id: d for d in self.run(self.ledger.reads.list_documents(limit=None))}
         for document_id, texts in actual.items():
             assert texts == self.expected_chunks[document_id], document_id
             assert docs[document_id].status is not DocumentStatus.DRAFT
@@ -693,7 +671,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @invariant()
     def histories_chain_to_the_current_status(self) -> None:
         chains = self.event_chains()
-        tasks = self.run(self.ledger.list_tasks(limit=None))
+        tasks = self.run(self.ledger.reads.list_tasks(limit=None))
         assert set(chains) == {t.task_id for t in tasks}
         for task in tasks:
             chain = chains[task.task_id]

@@ -22,9 +22,9 @@ from core import (
     Stage,
     TaskStatus,
 )
-from core.embedder import HashingEmbedder, ProviderUnavailable
-from core.parse_pool import ParserPool
-from core.worker import Worker, WorkerEvent
+from core.ingest.embedder import HashingEmbedder, ProviderUnavailable
+from core.ingest.parse_pool import ParserPool
+from core.ingest.worker import Worker, WorkerEvent
 from tests import hostile
 from tests.conftest import FakeClock
 
@@ -74,8 +74,8 @@ async def pool() -> AsyncIterator[ParserPool]:
 
 
 async def add(ledger: Ledger, data: bytes, name: str) -> str:
-    doc = await ledger.upload(data, name)
-    return (await ledger.submit(doc.document_id)).task_id
+    doc = await ledger.operator.upload(data, name)
+    return (await ledger.operator.submit(doc.document_id)).task_id
 
 
 async def drain(ledger: Ledger, pool: ParserPool, **kw: object) -> list[WorkerEvent]:
@@ -93,20 +93,20 @@ async def test_corrupt_pdf_fails_with_parse_error_and_retry_fails_again_on_attem
 ) -> None:
     task_id = await add(ledger, hostile.truncated_pdf(), "broken.pdf")
     await drain(ledger, pool)
-    task = await ledger.get_task(task_id)
+    task = await ledger.reads.get_task(task_id)
     assert (task.status, task.error_code, task.attempt) == (
         TaskStatus.FAILED,
         ErrorCode.PARSE_ERROR,
         1,
     )
-    assert (await ledger.get_document(task.document_id)).status is DocumentStatus.FAILED
+    assert (await ledger.reads.get_document(task.document_id)).status is DocumentStatus.FAILED
     # Progress writes are coalesced, but a failure records the stage really reached
     # (the failures screen groups by it).
     assert task.stage is Stage.PARSE
-    requeued = await ledger.retry(task_id, actor="op")
+    requeued = await ledger.operator.retry(task_id, actor="op")
     assert (requeued.status, requeued.attempt) == (TaskStatus.QUEUED, 1)
     await drain(ledger, pool)
-    again = await ledger.get_task(task_id)
+    again = await ledger.reads.get_task(task_id)
     assert (again.status, again.error_code, again.attempt) == (
         TaskStatus.FAILED,
         ErrorCode.PARSE_ERROR,
@@ -120,17 +120,17 @@ async def test_success_is_review_pending_and_not_searchable_until_published(
     pdf = hostile.make_pdf(["Quarterly revenue grew.", "Leases expire after thirty seconds."])
     task_id = await add(ledger, pdf, "report.pdf")
     events = await drain(ledger, pool)
-    task = await ledger.get_task(task_id)
+    task = await ledger.reads.get_task(task_id)
     assert task.status is TaskStatus.SUCCEEDED
     assert task.options["parser"] == "pypdf"
-    doc = await ledger.get_document(task.document_id)
+    doc = await ledger.reads.get_document(task.document_id)
     assert doc.status is DocumentStatus.REVIEW_PENDING
-    chunks = await ledger.chunks(doc.document_id)
+    chunks = await ledger.reads.chunks(doc.document_id)
     assert {c.page for c in chunks} == {1, 2}
-    assert await ledger.search("leases") == []
-    assert len(await ledger.search("leases", include_unpublished=True)) == 1
-    await ledger.publish(doc.document_id)
-    hits = await ledger.search("leases")
+    assert await ledger.reads.search("leases") == []
+    assert len(await ledger.reads.search("leases", include_unpublished=True)) == 1
+    await ledger.operator.publish(doc.document_id)
+    hits = await ledger.reads.search("leases")
     assert [(h.document_id, h.page) for h in hits] == [(doc.document_id, 2)]
     lines = [e.line for e in events]
     assert any(line.startswith("claimed task=") for line in lines)
@@ -153,7 +153,7 @@ def test_api_can_answer_after_a_separate_worker_persists_chunks(
     async def read() -> list[str]:
         ledger = await Ledger.open(settings)
         try:
-            return [c.text for c in await ledger.chunks(task["document_id"])]
+            return [c.text for c in await ledger.reads.chunks(task["document_id"])]
         finally:
             await ledger.close()
 
@@ -183,7 +183,10 @@ def test_two_worker_processes_race_for_one_task_and_exactly_one_claims(
 def test_a_worker_killed_mid_parse_is_reclaimed_after_its_lease(
     settings: Settings, tmp_path: Path
 ) -> None:
-    pages = [f"Page {i} " + "ingestion ledger lease " * 40 for i in range(600)]
+    # Enough pages that the parse outlasts the first coalesced progress write
+    # (0.5 s): 600 of these parsed in 0.4 s, and the watcher never saw "parse".
+    PAGES = 3000
+    pages = [f"Page {i} " + "ingestion ledger lease " * 40 for i in range(PAGES)]
     big = tmp_path / "big.pdf"
     big.write_bytes(hostile.make_pdf(pages))
     task_id = json.loads(cli(settings, "add", str(big), "--json").stdout)[0]["task_id"]
@@ -193,7 +196,7 @@ def test_a_worker_killed_mid_parse_is_reclaimed_after_its_lease(
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                task = await ledger.get_task(task_id)
+                task = await ledger.reads.get_task(task_id)
                 if task.stage is Stage.PARSE:
                     break
                 await asyncio.sleep(0.02)
@@ -215,7 +218,7 @@ def test_a_worker_killed_mid_parse_is_reclaimed_after_its_lease(
     chunks = json.loads(cli(settings, "chunks", final["document_id"], "--json").stdout)
     ordinals = [c["ordinal"] for c in chunks]
     assert ordinals == list(range(len(ordinals)))
-    assert {c["page"] for c in chunks} == set(range(1, 601))
+    assert {c["page"] for c in chunks} == set(range(1, PAGES + 1))
 
 
 async def test_a_hanging_parse_is_cut_off_and_the_worker_goes_on(ledger: Ledger) -> None:
@@ -225,10 +228,10 @@ async def test_a_hanging_parse_is_cut_off_and_the_worker_goes_on(ledger: Ledger)
         started = time.monotonic()
         await drain(ledger, tight)
         elapsed = time.monotonic() - started
-    hung = await ledger.get_task(hang)
+    hung = await ledger.reads.get_task(hang)
     assert (hung.status, hung.error_code) == (TaskStatus.FAILED, ErrorCode.PARSE_ERROR)
     assert hung.error_detail is not None and "timed out" in hung.error_detail
-    assert (await ledger.get_task(fine)).status is TaskStatus.SUCCEEDED
+    assert (await ledger.reads.get_task(fine)).status is TaskStatus.SUCCEEDED
     assert elapsed < 20
 
 
@@ -248,13 +251,13 @@ async def test_provider_outage_backs_off_then_fails(
     task_id = await add(ledger, MARKDOWN, "note.md")
     worker = Worker(ledger, "w", pool=pool, embedder=UnavailableEmbedder())
     await worker.run(until_idle=True)
-    task = await ledger.get_task(task_id)
+    task = await ledger.reads.get_task(task_id)
     assert (task.status, task.error_code) == (TaskStatus.RETRY_WAIT, ErrorCode.PROVIDER_UNAVAILABLE)
     assert task.next_attempt_at is not None and task.next_attempt_at > clock.now
     for _ in range(ledger.settings.max_attempts):
         clock.advance(ledger.settings.backoff_max_s + 1)
         await Worker(ledger, "w", pool=pool, embedder=UnavailableEmbedder()).run(until_idle=True)
-    task = await ledger.get_task(task_id)
+    task = await ledger.reads.get_task(task_id)
     assert (task.status, task.error_code, task.attempt) == (
         TaskStatus.FAILED,
         ErrorCode.PROVIDER_UNAVAILABLE,
@@ -263,33 +266,33 @@ async def test_provider_outage_backs_off_then_fails(
 
 
 async def test_missing_object_is_an_object_read_error(ledger: Ledger, pool: ParserPool) -> None:
-    doc = await ledger.upload(MARKDOWN, "gone.md")
-    (ledger.store.root / doc.object_key).unlink()
-    task = await ledger.submit(doc.document_id)
+    doc = await ledger.operator.upload(MARKDOWN, "gone.md")
+    (ledger.operator.store.root / doc.object_key).unlink()
+    task = await ledger.operator.submit(doc.document_id)
     await drain(ledger, pool)
-    view = await ledger.get_task(task.task_id)
+    view = await ledger.reads.get_task(task.task_id)
     assert (view.status, view.error_code) == (TaskStatus.RETRY_WAIT, ErrorCode.OBJECT_READ_ERROR)
 
 
 async def test_deleted_document_is_document_not_found(ledger: Ledger, pool: ParserPool) -> None:
     task_id = await add(ledger, MARKDOWN, "gone.md")
-    claim = await ledger.claim(task_id, "w")
+    claim = await ledger.queue.claim(task_id, "w")
     assert claim is not None
-    await ledger.delete_document(claim.document_id)
+    await ledger.operator.delete_document(claim.document_id)
     worker = Worker(ledger, "w", pool=pool)
     outcome = await worker.pipeline.run(claim)
     assert outcome.error_code is ErrorCode.DOCUMENT_NOT_FOUND
-    view = await ledger.get_task(task_id)
+    view = await ledger.reads.get_task(task_id)
     assert (view.status, view.error_code) == (TaskStatus.FAILED, ErrorCode.DOCUMENT_NOT_FOUND)
 
 
 async def test_image_only_pdf_is_an_empty_document(ledger: Ledger, pool: ParserPool) -> None:
     task_id = await add(ledger, hostile.image_only_pdf(), "scan.pdf")
     await drain(ledger, pool)
-    view = await ledger.get_task(task_id)
+    view = await ledger.reads.get_task(task_id)
     assert (view.status, view.error_code) == (TaskStatus.FAILED, ErrorCode.EMPTY_DOCUMENT)
     assert view.stage is Stage.PARSE
-    groups = await ledger.failure_groups()
+    groups = await ledger.reads.failure_groups()
     assert [(g.error_code, g.stage) for g in groups] == [(ErrorCode.EMPTY_DOCUMENT, Stage.PARSE)]
 
 
@@ -301,12 +304,12 @@ async def test_small_text_is_parsed_in_process_and_pdfs_in_the_parser(
 ) -> None:
     text_id = await add(ledger, MARKDOWN, "note.md")
     await drain(ledger, pool)
-    assert (await ledger.get_task(text_id)).status is TaskStatus.SUCCEEDED
+    assert (await ledger.reads.get_task(text_id)).status is TaskStatus.SUCCEEDED
     assert pool.children_started == 0  # no parser process for a small Markdown note
 
     pdf_id = await add(ledger, hostile.make_pdf(["parsed behind the process wall"]), "a.pdf")
     await drain(ledger, pool)
-    assert (await ledger.get_task(pdf_id)).status is TaskStatus.SUCCEEDED
+    assert (await ledger.reads.get_task(pdf_id)).status is TaskStatus.SUCCEEDED
     assert pool.children_started == 1
 
 
@@ -315,19 +318,21 @@ async def test_quick_tasks_are_claimed_ahead_in_batches(
 ) -> None:
     task_ids = [await add(ledger, f"note number {i}\n".encode(), f"n{i}.md") for i in range(12)]
     limits: list[int] = []
-    claim_next = ledger.claim_next
+    claim_next = ledger.queue.claim_next
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         limits.append(kwargs["limit"])
         return await claim_next(*args, **kwargs)
 
-    monkeypatch.setattr(ledger, "claim_next", counted)
+    monkeypatch.setattr(ledger.queue, "claim_next", counted)
     worker = Worker(ledger, "w-batch", pool=pool, concurrency=1)
     worker._task_s = 0.005  # as if the last tasks took 5 ms each
 
     await worker.run(until_idle=True)
 
-    assert [(await ledger.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 12
+    assert [(await ledger.reads.get_task(t)).status for t in task_ids] == [
+        TaskStatus.SUCCEEDED
+    ] * 12
     assert limits[0] > 1
     assert len(limits) < len(task_ids) / 2
 
@@ -347,14 +352,14 @@ async def test_claims_taken_ahead_are_handed_back_on_stop(ledger: Ledger, pool: 
 
     assert 1 <= len(started) < len(task_ids)  # the others were claimed ahead, not started
     for task_id in task_ids:
-        task = await ledger.get_task(task_id)
+        task = await ledger.reads.get_task(task_id)
         if task_id in started:  # it may have finished before the stop landed
             assert task.status in (TaskStatus.RETRY_WAIT, TaskStatus.SUCCEEDED)
             continue
         assert task.status is TaskStatus.RETRY_WAIT
-        assert (await ledger.task_history(task_id))[-1].reason == "handed back on shutdown"
+        assert (await ledger.reads.task_history(task_id))[-1].reason == "handed back on shutdown"
     await drain(ledger, pool)  # and anyone can take them at once
-    assert [(await ledger.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 6
+    assert [(await ledger.reads.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 6
 
 
 async def test_a_claim_held_ahead_too_long_is_handed_back_unstarted(
@@ -373,10 +378,10 @@ async def test_a_claim_held_ahead_too_long_is_handed_back_unstarted(
     worker._task_s = 0.005
     await worker.run(until_idle=True)
 
-    assert [(await ledger.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 4
+    assert [(await ledger.reads.get_task(t)).status for t in task_ids] == [TaskStatus.SUCCEEDED] * 4
     # The claim held behind the slow start went back, was claimed again with a fresh
     # lease and ran.
-    reasons = [e.reason for t in task_ids for e in await ledger.task_history(t)]
+    reasons = [e.reason for t in task_ids for e in await ledger.reads.task_history(t)]
     assert "handed back unstarted" in reasons
 
 
@@ -406,19 +411,19 @@ async def test_cancel_during_embedding_leaves_no_chunks(ledger: Ledger, pool: Pa
     # Progress is coalesced: the embedding stage reaches the ledger within a
     # reporting interval, not at once.
     for _ in range(40):
-        running = await ledger.get_task(task_id)
+        running = await ledger.reads.get_task(task_id)
         if running.stage is Stage.EMBEDDING:
             break
         await asyncio.sleep(0.05)
     assert (running.status, running.stage) == (TaskStatus.RUNNING, Stage.EMBEDDING)
-    await ledger.cancel(task_id, actor="op")
+    await ledger.operator.cancel(task_id, actor="op")
     gate.release.set()
     stats = await asyncio.wait_for(run, 30)
     assert stats.outcomes[task_id] == "lost"
-    view = await ledger.get_task(task_id)
+    view = await ledger.reads.get_task(task_id)
     assert view.status is TaskStatus.CANCELLED
-    assert await ledger.chunks(view.document_id) == []
-    assert (await ledger.get_document(view.document_id)).status is DocumentStatus.DRAFT
+    assert await ledger.reads.chunks(view.document_id) == []
+    assert (await ledger.reads.get_document(view.document_id)).status is DocumentStatus.DRAFT
 
 
 async def test_stop_hands_back_running_tasks(ledger: Ledger, pool: ParserPool) -> None:
@@ -429,10 +434,10 @@ async def test_stop_hands_back_running_tasks(ledger: Ledger, pool: ParserPool) -
     await asyncio.wait_for(gate.entered.wait(), 30)
     worker.stop()
     await asyncio.wait_for(run, 30)
-    view = await ledger.get_task(task_id)
+    view = await ledger.reads.get_task(task_id)
     assert view.status is TaskStatus.RETRY_WAIT
     assert view.next_attempt_at is not None and view.next_attempt_at <= ledger.clock()
-    history = await ledger.task_history(task_id)
+    history = await ledger.reads.task_history(task_id)
     assert history[-1].reason == "handed back on shutdown"
 
 

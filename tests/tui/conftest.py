@@ -15,7 +15,6 @@ import pytest
 from textual.pilot import Pilot
 
 from core import ChunkRecord, ErrorCode, Ledger, Settings, Stage, TaskView, sqlite_url
-from core.db import make_engine
 from tests.conftest import FakeClock
 
 APP_SIZE = (160, 50)  # columns, rows of every test terminal
@@ -52,8 +51,8 @@ def note(name: str) -> bytes:
 
 
 async def submit(seeded: Seeded, name: str, data: bytes | None = None) -> TaskView:
-    document = await seeded.ledger.upload(data or note(name), name)
-    task = await seeded.ledger.submit(document.document_id, actor="alice")
+    document = await seeded.ledger.operator.upload(data or note(name), name)
+    task = await seeded.ledger.operator.submit(document.document_id, actor="alice")
     seeded.tasks[name] = task.task_id
     seeded.clock.advance(7)
     return task
@@ -64,16 +63,15 @@ async def seed_states(seeded: Seeded) -> Seeded:
     ledger, clock = seeded.ledger, seeded.clock
 
     done = await submit(seeded, "board-minutes.md")
-    claim = await ledger.claim(done.task_id, "w1")
+    claim = await ledger.queue.claim(done.task_id, "w1")
     assert claim is not None
-    await ledger.report_progress(claim, Stage.PARSE, 1, 1)
+    await ledger.queue.report_progress(claim, Stage.PARSE, 1, 1)
     chunks = [
         ChunkRecord(0, "The board approved the ingestion budget for Q3.", None, 0, 47),
         ChunkRecord(1, "Operators will triage failures every morning.", None, 48, 93),
         ChunkRecord(2, "The ledger keeps the audit trail of every action.", None, 94, 143),
     ]
-    await ledger.replace_chunks(claim, chunks)
-    await ledger.complete(claim)
+    await ledger.queue.finish(claim, chunks)
 
     for name, code, detail in (
         ("scanned-receipt.md", ErrorCode.EMPTY_DOCUMENT, "no extractable text"),
@@ -81,30 +79,30 @@ async def seed_states(seeded: Seeded) -> Seeded:
         ("vendor-contract.md", ErrorCode.PARSE_ERROR, "xref table broken"),
     ):
         task = await submit(seeded, name)
-        claim = await ledger.claim(task.task_id, "w2")
+        claim = await ledger.queue.claim(task.task_id, "w2")
         assert claim is not None
-        await ledger.report_progress(claim, Stage.PARSE, 0, 4)
-        await ledger.fail(claim, code, detail)
+        await ledger.queue.report_progress(claim, Stage.PARSE, 0, 4)
+        await ledger.queue.fail(claim, code, detail)
 
     waiting = await submit(seeded, "provider-outage.md")
-    claim = await ledger.claim(waiting.task_id, "w1")
+    claim = await ledger.queue.claim(waiting.task_id, "w1")
     assert claim is not None
-    await ledger.report_progress(claim, Stage.EMBEDDING, 3, 12)
-    await ledger.fail(claim, ErrorCode.PROVIDER_UNAVAILABLE, "ProviderUnavailable")
+    await ledger.queue.report_progress(claim, Stage.EMBEDDING, 3, 12)
+    await ledger.queue.fail(claim, ErrorCode.PROVIDER_UNAVAILABLE, "ProviderUnavailable")
 
     gone = await submit(seeded, "wrong-file.md")
-    await ledger.cancel(gone.task_id, actor="alice", reason="uploaded the wrong file")
+    await ledger.operator.cancel(gone.task_id, actor="alice", reason="uploaded the wrong file")
 
     stalled = await submit(seeded, "huge-scan.md")
-    claim = await ledger.claim(stalled.task_id, "w3")
+    claim = await ledger.queue.claim(stalled.task_id, "w3")
     assert claim is not None
-    await ledger.report_progress(claim, Stage.PARSE, 2, 60, lease_s=3600)
+    await ledger.queue.report_progress(claim, Stage.PARSE, 2, 60, lease_s=3600)
     clock.advance(120)  # no progress for two minutes: stalled
 
     running = await submit(seeded, "annual-report.md")
-    claim = await ledger.claim(running.task_id, "w1", lease_s=3600)
+    claim = await ledger.queue.claim(running.task_id, "w1", lease_s=3600)
     assert claim is not None
-    await ledger.report_progress(claim, Stage.EMBEDDING, 40, 120, lease_s=3600)
+    await ledger.queue.report_progress(claim, Stage.EMBEDDING, 40, 120, lease_s=3600)
 
     await submit(seeded, "queued-handbook.md")
     await submit(seeded, "queued-memo.md")
@@ -152,9 +150,11 @@ def seeded_sync(tmp_path: Path) -> Any:
     on the same (already migrated) database, whose connections open on its own loop.
     """
     built = asyncio.run(open_seeded(tmp_path))
-    asyncio.run(built.ledger.close())
-    settings = built.ledger.settings
-    ledger = Ledger(make_engine(settings), settings, clock=built.clock, ids=CountingIds())
+    # A SQLite ledger's transactions run on its own threads, not on an event loop,
+    # so the app can use the same handle on the loop it runs on.
+    ledger = Ledger(
+        built.ledger.transactions, built.ledger.settings, clock=built.clock, ids=CountingIds()
+    )
     yield Seeded(ledger, built.clock, built.tasks)
     asyncio.run(ledger.close())
 

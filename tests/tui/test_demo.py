@@ -16,7 +16,7 @@ from core.demo import (
     build_demo_async,
     generate_corpus,
 )
-from core.parsing import ParseFailure, parse_document, sniff_kind
+from core.ingest.parsing import ParseFailure, parse_document, sniff_kind
 
 
 def test_corpus_is_deterministic_and_parses_as_promised() -> None:
@@ -45,15 +45,15 @@ async def test_demo_ledger_has_a_task_that_needs_a_retry(tmp_path: Path) -> None
     settings = await build_demo_async(tmp_path / "demo")
     ledger = await Ledger.open(settings)
     try:
-        counts = await ledger.counts()
+        counts = await ledger.reads.counts()
         assert counts[TaskStatus.QUEUED] == len(generate_corpus()) - 1
-        (failed,) = await ledger.list_tasks(status=TaskStatus.FAILED)
+        (failed,) = await ledger.reads.list_tasks(status=TaskStatus.FAILED)
         assert failed.document_name == RETRY_DOCUMENT
         assert failed.error_code is ErrorCode.OBJECT_READ_ERROR
-        document = await ledger.get_document(failed.document_id)
+        document = await ledger.reads.get_document(failed.document_id)
         # The original is back in the store: a retry will be able to read it.
-        assert ledger.store.get(document.object_key, document.sha256)
-        await ledger.retry(failed.task_id, actor="tester")
+        assert ledger.operator.store.get(document.object_key, document.sha256)
+        await ledger.operator.retry(failed.task_id, actor="tester")
     finally:
         await ledger.close()
     assert (tmp_path / "demo" / "corpus" / RETRY_DOCUMENT).is_file()

@@ -145,9 +145,9 @@ async def test_live_changes_update_rows_by_key(seeded: Seeded) -> None:
         # The cursor stays on the same task although a row was added above it.
         assert table(app).selected is not None and cursor_task is not None
         assert table(app).selected.task_id == cursor_task.task_id
-        claim = await seeded.ledger.claim(new.task_id, "w9")
+        claim = await seeded.ledger.queue.claim(new.task_id, "w9")
         assert claim is not None
-        await seeded.ledger.report_progress(claim, Stage.EMBEDDING, 5, 10)
+        await seeded.ledger.queue.report_progress(claim, Stage.EMBEDDING, 5, 10)
         await wait_for(
             pilot,
             lambda: "5/10" in str(table(app).cell(new.task_id, "progress")),
@@ -228,7 +228,7 @@ async def test_cancel_asks_then_cancels_with_reason(seeded: Seeded) -> None:
         await wait_for(
             pilot, lambda: table(app).tasks[task_id].status is TaskStatus.CANCELLED, what="cancel"
         )
-    history = await seeded.ledger.task_history(task_id)
+    history = await seeded.ledger.reads.task_history(task_id)
     assert (history[-1].actor, history[-1].reason) == ("tester", "duplicate")
 
 
@@ -242,7 +242,7 @@ async def test_cancel_can_be_backed_out_of(seeded: Seeded) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
-    assert (await seeded.ledger.get_task(task_id)).status is TaskStatus.QUEUED
+    assert (await seeded.ledger.reads.get_task(task_id)).status is TaskStatus.QUEUED
 
 
 async def test_cancel_of_a_succeeded_task_is_refused_in_words(seeded: Seeded) -> None:
@@ -255,7 +255,7 @@ async def test_cancel_of_a_succeeded_task_is_refused_in_words(seeded: Seeded) ->
         assert isinstance(app.screen, DashboardScreen)  # no pointless confirmation
         refusal = next(n for n in app._notifications if n.title == "cannot cancel")
         assert refusal.severity == "error"
-        assert "is succeeded; only queued, retry_wait, running tasks can be cancelled" in (
+        assert "is succeeded; only queued, running or retry_wait tasks can be cancelled" in (
             refusal.message
         )
 
@@ -310,7 +310,7 @@ async def test_bulk_cancel_dry_runs_then_acts_on_everything_matching(seeded: See
     assert "cancelled 2 tasks" in notes(app)[-1] or any(
         "cancelled 2 tasks" in m for m in notes(app)
     )
-    history = await seeded.ledger.task_history(seeded.id("queued-memo.md"))
+    history = await seeded.ledger.reads.task_history(seeded.id("queued-memo.md"))
     assert history[-1].reason == "cleanup"
 
 
@@ -427,7 +427,7 @@ async def test_read_only_hides_and_refuses_every_change(seeded: Seeded) -> None:
         refusals = [m for m in notes(app) if m.startswith("read-only")]
         assert len(refusals) == 7
         assert isinstance(app.screen, DashboardScreen)
-    assert (await seeded.ledger.get_task(seeded.id("corrupt-export.md"))).status is (
+    assert (await seeded.ledger.reads.get_task(seeded.id("corrupt-export.md"))).status is (
         TaskStatus.FAILED
     )
 
@@ -465,14 +465,14 @@ async def test_poll_errors_are_reported_not_raised(seeded: Seeded) -> None:
     app = make_app(seeded)
     async with app.run_test(size=APP_SIZE) as pilot:
         await ready(pilot)
-        original = seeded.ledger.tasks_since
+        original = seeded.ledger.reads.tasks_since
 
         async def broken(*args: Any, **kwargs: Any) -> Any:
             raise OSError("disk went away")
 
-        seeded.ledger.tasks_since = broken  # type: ignore[method-assign]
+        seeded.ledger.reads.tasks_since = broken  # type: ignore[method-assign]
         await wait_for(pilot, lambda: any("disk went away" in m for m in notes(app)))
-        seeded.ledger.tasks_since = original  # type: ignore[method-assign]
+        seeded.ledger.reads.tasks_since = original  # type: ignore[method-assign]
         new = await submit(seeded, "after-recovery.md")
         await wait_for(pilot, lambda: new.task_id in table(app).tasks, within=15)
         assert app.is_running
@@ -484,9 +484,9 @@ async def test_failures_screen_follows_new_failures(seeded: Seeded) -> None:
         await ready(pilot)
         screen = await open_failures(pilot)
         await wait_for(pilot, lambda: len(screen.groups) == 2)
-        claim = await seeded.ledger.claim(seeded.id("queued-memo.md"), "w4")
+        claim = await seeded.ledger.queue.claim(seeded.id("queued-memo.md"), "w4")
         assert claim is not None
-        await seeded.ledger.fail(claim, ErrorCode.INTERNAL_ERROR, "KeyError")
+        await seeded.ledger.queue.fail(claim, ErrorCode.INTERNAL_ERROR, "KeyError")
         await wait_for(pilot, lambda: "internal_error|download" in screen.groups, within=5)
 
 
@@ -498,7 +498,7 @@ async def test_a_short_window_is_refilled(seeded: Seeded) -> None:
         await wait_for(pilot, lambda: len(table(app).tasks) == 2, what="a full window")
         newest_failed = {seeded.id("vendor-contract.md"), seeded.id("corrupt-export.md")}
         assert set(table(app).tasks) == newest_failed
-        await seeded.ledger.retry(seeded.id("vendor-contract.md"), actor="tester")
+        await seeded.ledger.operator.retry(seeded.id("vendor-contract.md"), actor="tester")
         # The retried task leaves the window; the next newest failed task fills it.
         await wait_for(
             pilot,

@@ -56,13 +56,13 @@ async def test_quit_hands_running_tasks_back(empty: Seeded) -> None:
         assert [w.current for w in app.local_workers()] == [(task.task_id,)]
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
-    after = await empty.ledger.get_task(task.task_id)
+    after = await empty.ledger.reads.get_task(task.task_id)
     assert after.status is TaskStatus.RETRY_WAIT  # claimable again at once
     assert after.worker_id is None or after.lease_expires_at is None
-    history = await empty.ledger.task_history(task.task_id)
+    history = await empty.ledger.reads.task_history(task.task_id)
     assert history[-1].reason == "handed back on shutdown"
     assert history[-1].actor == "t-w1"
-    assert (await empty.ledger.counts())[TaskStatus.RUNNING] == 0
+    assert (await empty.ledger.reads.counts())[TaskStatus.RUNNING] == 0
 
 
 async def test_claim_race_has_exactly_one_winner(empty: Seeded) -> None:
@@ -81,7 +81,7 @@ async def test_claim_race_has_exactly_one_winner(empty: Seeded) -> None:
         assert "claim missed task=" in logs[loser] and "claimed task=" not in logs[loser]
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, within=20)
-    tasks = await empty.ledger.list_tasks()
+    tasks = await empty.ledger.reads.list_tasks()
     assert len(tasks) == 1 and tasks[0].worker_id == winner
 
 

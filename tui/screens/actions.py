@@ -83,7 +83,7 @@ def request_cancel(app: IngestDeskApp, task: TaskView) -> None:
 
 async def _cancel(app: IngestDeskApp, task: TaskView, reason: str | None) -> None:
     try:
-        await app.ledger.cancel(task.task_id, actor=app.actor, reason=reason)
+        await app.ledger.operator.cancel(task.task_id, actor=app.actor, reason=reason)
     except Exception as exc:
         notify_refusal(app, "cancel", exc)
         return
@@ -100,7 +100,7 @@ def retry_task(app: IngestDeskApp, task: TaskView, reason: str | None = None) ->
 
 async def _retry(app: IngestDeskApp, task: TaskView, reason: str | None) -> None:
     try:
-        await app.ledger.retry(task.task_id, actor=app.actor, reason=reason)
+        await app.ledger.operator.retry(task.task_id, actor=app.actor, reason=reason)
     except Exception as exc:
         notify_refusal(app, "retry", exc)
         return
@@ -120,8 +120,8 @@ async def _submit(app: IngestDeskApp, paths: list[Path]) -> None:
     refused: list[str] = []
     for path in paths:
         try:
-            document = await app.ledger.upload_path(path)
-            await app.ledger.submit(document.document_id, actor=app.actor)
+            document = await app.ledger.operator.upload_path(path)
+            await app.ledger.operator.submit(document.document_id, actor=app.actor)
         except IngestDeskError as exc:
             refused.append(exc.message)
             continue

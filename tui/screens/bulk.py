@@ -73,8 +73,8 @@ class BulkScreen(ModalScreen[None]):
         self.dry_run()
 
     def _bulk(self, action: str) -> Callable[..., Awaitable[BulkResult]]:
-        ledger = self.desk.ledger
-        return ledger.bulk_cancel if action == "cancel" else ledger.bulk_retry
+        operator = self.desk.ledger.operator
+        return operator.bulk_cancel if action == "cancel" else operator.bulk_retry
 
     @property
     def task_filter(self) -> TaskFilter:

@@ -142,7 +142,7 @@ class DashboardScreen(Screen[None]):
                 if len(tasks) < limit:
                     break  # that was every matching task
             if not query.empty and query.status is None:
-                self._counted = await ledger.count_tasks(query.filter)
+                self._counted = await ledger.reads.count_tasks(query.filter)
                 self._title_table(len(table.tasks))
         except IngestDeskError as exc:
             self.notify(exc.message, severity="error", title="filter")

@@ -91,7 +91,7 @@ class FailuresScreen(Screen[None]):
     @work(exclusive=True, group="failure-groups", exit_on_error=False, description="load failures")
     async def load_groups(self) -> None:
         try:
-            groups = await self.desk.ledger.failure_groups()
+            groups = await self.desk.ledger.reads.failure_groups()
         except IngestDeskError as exc:
             self.notify(exc.message, severity="error")
             return
@@ -144,7 +144,7 @@ class FailuresScreen(Screen[None]):
     @work(exclusive=True, group="failure-tasks", exit_on_error=False, description="load group")
     async def load_tasks(self, group: FailureGroup, reset_cursor: bool) -> None:
         try:
-            tasks = await self.desk.ledger.list_tasks(
+            tasks = await self.desk.ledger.reads.list_tasks(
                 status=TaskStatus.FAILED, error_code=group.error_code, limit=GROUP_TASKS_MAX
             )
         except IngestDeskError as exc:

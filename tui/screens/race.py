@@ -98,8 +98,8 @@ class RaceScreen(Screen[None]):
             "Two workers reach for this note at the same moment; one of them gets it.\n"
         )
         try:
-            document = await ledger.upload(body.encode(), f"claim-race-{self.round}.md")
-            task = await ledger.submit(document.document_id, actor=desk.actor)
+            document = await ledger.operator.upload(body.encode(), f"claim-race-{self.round}.md")
+            task = await ledger.operator.submit(document.document_id, actor=desk.actor)
         except IngestDeskError as exc:
             result.update(f"could not submit the race task: {exc.message}")
             return

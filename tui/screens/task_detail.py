@@ -143,16 +143,16 @@ class TaskDetailScreen(Screen[None]):
     async def load(self) -> None:
         ledger = self.desk.ledger
         try:
-            task = await ledger.get_task(self.task_id)
-            history = await ledger.task_history(task.task_id)
+            task = await ledger.reads.get_task(self.task_id)
+            history = await ledger.reads.task_history(task.task_id)
         except IngestDeskError as exc:
             self.query_one("#detail-fields", Static).update(Text(exc.message))
             return
         document: DocumentView | None = None
         chunks: list[ChunkView] = []
         try:
-            document = await ledger.get_document(task.document_id)
-            chunks = await ledger.chunks(task.document_id, limit=CHUNK_PREVIEW)
+            document = await ledger.reads.get_document(task.document_id)
+            chunks = await ledger.reads.chunks(task.document_id, limit=CHUNK_PREVIEW)
         except NotFound:
             pass
         self.task_view = task

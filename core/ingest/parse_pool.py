@@ -3,7 +3,7 @@
 A hostile PDF can make a parser spin for minutes, allocate gigabytes, recurse until the
 C stack breaks or crash in native code. None of that may take the worker down, block
 its event loop or starve other documents, so :class:`ParserPool` runs
-:func:`core.parsing.run_parse` in a few long-lived children and enforces, per parse:
+:func:`core.ingest.parsing.run_parse` in a few long-lived children and enforces, per parse:
 
 * a wall-clock budget: ``min(max_timeout_s, base_timeout_s + per_page_timeout_s * pages)``
   where ``pages`` is estimated in the parent without parsing (see
@@ -19,7 +19,7 @@ parses because a start costs a fresh interpreter plus imports. Not multiprocessi
 ``spawn``: that re-runs the parent's ``__main__`` script in every child, and for the
 installed ``ingestdesk`` command that means importing the whole CLI, SQLAlchemy
 included (measured: 0.4 s of CPU per child instead of 0.15 s, and 25 MB more RSS). A
-child imports only :mod:`core.parsing` and pypdf, and talks to the parent over a
+child imports only :mod:`core.ingest.parsing` and pypdf, and talks to the parent over a
 socket pair with :mod:`multiprocessing.connection`'s framing. A child retires itself
 after ``max_parses_per_child`` parses, after a memory or recursion failure, or when its
 resident memory stays high after a parse, so one monster file cannot leave a bloated
@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import TracebackType
 
-from core.parse_child import READY, Reply, Request
-from core.parsing import ParsedDocument, ParseFailure, log_parser_warnings, validate_request
+from core.ingest.parse_child import READY, Reply, Request
+from core.ingest.parsing import ParsedDocument, ParseFailure, log_parser_warnings, validate_request
 from core.states import DocumentKind, ErrorCode
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![A-Za-z0-9])")
 # argv: socket fd, memory limit, parse quota, then the sys.path entries.
 _CHILD_PROGRAM = (
     "import sys; sys.path[:] = sys.argv[4:]; "
-    "from core.parse_child import serve; "
+    "from core.ingest.parse_child import serve; "
     "serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))"
 )
 
@@ -202,7 +202,7 @@ class ParserPool:
         chunk_size: int = 1000,
         chunk_overlap: int = 150,
     ) -> ParsedDocument:
-        """Parse one document in a child process; see :func:`core.parsing.parse_document`.
+        """Parse one document in a child process; see :func:`core.ingest.parsing.parse_document`.
 
         Args:
             data: The document's bytes.

@@ -1,7 +1,7 @@
-"""The parser process's side of :class:`core.parse_pool.ParserPool`.
+"""The parser process's side of :class:`core.ingest.parse_pool.ParserPool`.
 
 A child runs :func:`serve` (started by the pool as ``python -c``) and imports only this
-module, :mod:`core.parsing` and the PDF parser: no asyncio, no SQLAlchemy, so a fresh
+module, :mod:`core.ingest.parsing` and the PDF parser: no asyncio, no SQLAlchemy, so a fresh
 child is ready in about 0.1 s of CPU.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import NoReturn
 
-from core.parsing import OUT_OF_MEMORY_REASON, ParsedDocument, ParseFailure, run_parse
+from core.ingest.parsing import OUT_OF_MEMORY_REASON, ParsedDocument, ParseFailure, run_parse
 from core.states import ErrorCode
 
 # --- tunables ---------------------------------------------------------------------------

@@ -17,10 +17,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from core.embedder import Embedder, HashingEmbedder
+from core.ingest.embedder import Embedder, HashingEmbedder
+from core.ingest.parse_pool import ParserPool
+from core.ingest.pipeline import Outcome, Pipeline, PipelineOptions
 from core.ledger import Claim, Ledger
-from core.parse_pool import ParserPool
-from core.pipeline import Outcome, Pipeline, PipelineOptions
+from core.store import ObjectStore
 
 IDLE_POLL_MIN_S = 0.2  # seconds between claim attempts right after work ran out
 IDLE_POLL_MAX_S = 2.0  # seconds; idle polling backs off up to this
@@ -92,7 +93,13 @@ class Worker:
         # With more tasks in flight than parser processes, the next document is
         # parsed while the last one is embedded and indexed.
         self.pool = pool if pool is not None else ParserPool(workers=parsers or concurrency)
-        self.pipeline = Pipeline(ledger, self.pool, embedder or HashingEmbedder(), options)
+        self.pipeline = Pipeline(
+            ledger,
+            ObjectStore(ledger.settings.store_root),
+            self.pool,
+            embedder or HashingEmbedder(),
+            options,
+        )
         self.on_event = on_event
         self.register = register
         self.stats = WorkerStats()
@@ -144,7 +151,7 @@ class Worker:
     async def run_task(self, task_id: str, *, stop_grace_s: float = 0.0) -> bool:
         """Claim this one task and run it. False if the claim was missed (another
         worker got it first, or it is not claimable): that is not an error."""
-        claim = await self.ledger.claim(
+        claim = await self.ledger.queue.claim(
             task_id, self.worker_id, lease_s=self.lease_s, with_document=True
         )
         if claim is None:
@@ -156,7 +163,7 @@ class Worker:
 
     async def run_one(self, *, stop_grace_s: float = 0.0) -> bool:
         """Claim the oldest claimable task and run it; False if there was none."""
-        claims = await self.ledger.claim_next(
+        claims = await self.ledger.queue.claim_next(
             self.worker_id, limit=1, lease_s=self.lease_s, with_document=True
         )
         if not claims:
@@ -211,7 +218,7 @@ class Worker:
         """Claim and run tasks until :meth:`stop` (or, with ``until_idle``, until
         nothing is claimable and nothing is running)."""
         if self.register:
-            await self.ledger.register_worker(self.worker_id)
+            await self.ledger.registry.register(self.worker_id)
         # Reap before the first claim so a burst run picks up orphaned tasks too.
         await self.reap_once()
         side = [
@@ -230,7 +237,7 @@ class Worker:
                 if free > 0 and not self._queued:
                     self._state = "claiming"
                     self._queued.extend(
-                        await self.ledger.claim_next(
+                        await self.ledger.queue.claim_next(
                             self.worker_id,
                             limit=free + self._claims_ahead(),
                             lease_s=self.lease_s,
@@ -271,7 +278,7 @@ class Worker:
                     await t
             if self.register:
                 with contextlib.suppress(Exception):
-                    await self.ledger.worker_heartbeat(self.worker_id, stopped=True)
+                    await self.ledger.registry.heartbeat(self.worker_id, stopped=True)
             await self.close()
         return self.stats
 
@@ -293,7 +300,7 @@ class Worker:
 
     async def _hand_back(self, claim: Claim, reason: str) -> None:
         with contextlib.suppress(Exception):
-            await self.ledger.hand_back(claim, reason=reason)
+            await self.ledger.queue.hand_back(claim, reason=reason)
 
     def _forget(self, task: asyncio.Task[Outcome]) -> None:
         for task_id, running in list(self._running.items()):
@@ -319,7 +326,7 @@ class Worker:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            if claim is not None and await self.ledger.hand_back(claim):
+            if claim is not None and await self.ledger.queue.hand_back(claim):
                 self._say(
                     "handed_back",
                     f"handed back task={task_id[:8]} worker={self.worker_id}",
@@ -329,7 +336,7 @@ class Worker:
 
     async def reap_once(self) -> None:
         """Take back tasks whose worker vanished (lease expired)."""
-        for reaped in await self.ledger.reap():
+        for reaped in await self.ledger.queue.reap():
             self._say(
                 "reaped",
                 f"reaped task={reaped.task_id[:8]} (lease expired) -> {reaped.status.value}",
@@ -346,4 +353,4 @@ class Worker:
             return
         while True:
             await asyncio.sleep(REGISTRY_HEARTBEAT_S)
-            await self.ledger.worker_heartbeat(self.worker_id)
+            await self.ledger.registry.heartbeat(self.worker_id)

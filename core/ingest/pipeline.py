@@ -11,12 +11,19 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from core.embedder import Embedder, ProviderUnavailable
-from core.errors import NotFound, ObjectReadError
-from core.ledger import ChunkRecord, Claim, Ledger, error_detail_of
-from core.parse_pool import ParserPool, estimate_pages
-from core.parsing import ParsedDocument, ParseFailure, log_parser_warnings, parser_info, run_parse
+from core.errors import NotFound, ObjectReadError, error_detail_of
+from core.ingest.embedder import Embedder, ProviderUnavailable
+from core.ingest.parse_pool import ParserPool, estimate_pages
+from core.ingest.parsing import (
+    ParsedDocument,
+    ParseFailure,
+    log_parser_warnings,
+    parser_info,
+    run_parse,
+)
+from core.ledger import ChunkRecord, Claim, Ledger
 from core.states import ErrorCode, Stage
+from core.store import ObjectStore
 
 EMBED_BATCH = 64  # chunks per embedder call
 PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes
@@ -69,11 +76,13 @@ class Pipeline:
     def __init__(
         self,
         ledger: Ledger,
+        store: ObjectStore,
         pool: ParserPool,
         embedder: Embedder,
         options: PipelineOptions | None = None,
     ) -> None:
         self.ledger = ledger
+        self.store = store
         self.pool = pool
         self.embedder = embedder
         self.options = options or PipelineOptions()
@@ -108,7 +117,7 @@ class Pipeline:
         # Progress is coalesced, so the row may lag: record the stage really reached,
         # which is what the failures screen groups by.
         stage = progress.latest[0] if progress.latest else None
-        view = await self.ledger.fail(claim, code, detail, stage=stage)
+        view = await self.ledger.queue.fail(claim, code, detail, stage=stage)
         if view is None:
             say(f"lost task={claim.task_id[:8]} before its failure could be recorded")
             return Outcome(claim.task_id, "lost")
@@ -135,11 +144,11 @@ class Pipeline:
     async def _run_stages(self, claim: Claim, progress: Progress, say: Say) -> Outcome:
         ledger, opts = self.ledger, self.options
         # download (the claim set download 0/1; a worker's claim brings the document)
-        document = claim.document or await ledger.get_document(claim.document_id)
+        document = claim.document or await ledger.reads.get_document(claim.document_id)
         if document.size <= STORE_READ_ON_LOOP_MAX_BYTES:
-            data = ledger.store.get(document.object_key, document.sha256)
+            data = self.store.get(document.object_key, document.sha256)
         else:
-            data = await asyncio.to_thread(ledger.store.get, document.object_key, document.sha256)
+            data = await asyncio.to_thread(self.store.get, document.object_key, document.sha256)
 
         # parse: the page count is only known once parsed, so the bar starts from
         # a cheap estimate. Counting page objects scans the bytes: big files are
@@ -193,7 +202,7 @@ class Pipeline:
             ChunkRecord(c.ordinal, c.text, c.page, c.char_start, c.char_end, v)
             for c, v in zip(chunks, vectors, strict=True)
         ]
-        if not await ledger.finish(claim, records, options=options):
+        if not await ledger.queue.finish(claim, records, options=options):
             raise TaskLost
         say(f"succeeded task={claim.task_id[:8]} chunks={total}")
         return Outcome(claim.task_id, "succeeded")
@@ -252,10 +261,10 @@ class Progress:
             latest = self.latest
             if latest is not None and latest != self._written:
                 options, self.options = self.options, None
-                held = await self.ledger.report_progress(self.claim, *latest, options=options)
+                held = await self.ledger.queue.report_progress(self.claim, *latest, options=options)
                 self._written = latest
             elif time.monotonic() - last_write >= self.claim.lease_s / 3:
-                held = await self.ledger.heartbeat(self.claim)
+                held = await self.ledger.queue.heartbeat(self.claim)
             else:
                 continue
             last_write = time.monotonic()

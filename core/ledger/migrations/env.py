@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from core.models import Base
+from core.ledger.schema import Base
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -1,7 +1,7 @@
 """PDF, Markdown and plain text → pages → chunks, as pure functions.
 
 Nothing here touches the database or the event loop: ``parse_document`` is CPU-bound and
-meant to run inside :class:`core.parse_pool.ParserPool`'s child processes, which add the
+meant to run inside :class:`core.ingest.parse_pool.ParserPool`'s child processes, which add the
 time and memory limits a pure function cannot enforce on itself.
 
 Failure vocabulary: every way a document can defeat the parser ends as

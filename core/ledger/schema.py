@@ -1,7 +1,13 @@
-"""Ledger tables. Times are epoch seconds (float) so both backends compare them the
-same way and the clock can be injected in tests."""
+"""The ledger's tables and the status conditions its statements share.
+
+Times are epoch seconds (float) so both backends compare them the same way and the
+clock can be injected in tests. The schema itself is versioned by the Alembic
+migrations beside this module; these classes are what the migrations must produce.
+"""
 
 from __future__ import annotations
+
+from typing import cast
 
 from sqlalchemy import (
     Float,
@@ -11,16 +17,33 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-# Spelled as SQL text, not `.in_()`: SQLite only uses a partial index when the query
-# repeats the index's WHERE term literally, and `.in_()` sends bound parameters.
-CLAIMABLE_SQL = "status IN ('queued', 'retry_wait')"
-RUNNING_SQL = "status = 'running'"
+from core.states import CANCELLABLE, CLAIMABLE, TaskStatus
+
+
+def status_in_sql(statuses: frozenset[TaskStatus]) -> str:
+    """``status IN (...)`` as SQL text, in the enum's declaration order.
+
+    Spelled as text, not ``.in_()``: SQLite only uses a partial index when the query
+    repeats the index's WHERE term literally, and ``.in_()`` sends bound parameters.
+    The order is fixed so the index and every query spell the term identically.
+    """
+    ordered = [s for s in TaskStatus if s in statuses]
+    if len(ordered) == 1:
+        return f"status = '{ordered[0].value}'"
+    return "status IN (" + ", ".join(f"'{s.value}'" for s in ordered) + ")"
+
+
+# The state rules of core.states as the SQL conditions the statements use.
+CLAIMABLE_SQL = status_in_sql(CLAIMABLE)
+RUNNING_SQL = status_in_sql(frozenset({TaskStatus.RUNNING}))
+CANCELLABLE_SQL = status_in_sql(CANCELLABLE)
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -156,3 +179,11 @@ class WorkerRecord(Base):
     started_at: Mapped[float] = mapped_column(Float)
     heartbeat_at: Mapped[float] = mapped_column(Float)
     stopped_at: Mapped[float | None] = mapped_column(Float)
+
+
+TASKS = cast(Table, IngestionTask.__table__)
+DOCUMENTS = cast(Table, Document.__table__)
+EVENTS = cast(Table, TaskEvent.__table__)
+CHUNKS = cast(Table, Chunk.__table__)
+OUTBOX = cast(Table, Outbox.__table__)
+WORKERS = cast(Table, WorkerRecord.__table__)

@@ -1,0 +1,126 @@
+"""The ledger: tasks, documents, chunks and their history, on one SQLite file or a
+PostgreSQL database, as a package of roles over one schema.
+
+:class:`Ledger` opens and closes the database and hands the roles out:
+
+* ``ledger.queue`` — the worker's side (:mod:`core.ledger.queue`): claim, heartbeat,
+  progress, finish, fail, hand back, reap;
+* ``ledger.operator`` — the operator's side (:mod:`core.ledger.actions`): upload,
+  submit, publish, cancel, retry, bulk actions;
+* ``ledger.reads`` — lists, the revision feed, counts, history, chunks, search
+  (:mod:`core.ledger.reads`);
+* ``ledger.registry`` — workers seen in the ledger (:mod:`core.ledger.registry`).
+
+Every state change is a conditional UPDATE whose WHERE clause *is* the transition
+rule, so two writers racing on one row can never both win: the loser's statement
+matches zero rows and the ledger answers ``None``/``False`` (claims, worker writes)
+or raises :class:`~core.errors.Conflict` (operator actions). Reads return frozen
+views (:mod:`core.ledger.views`), never ORM rows.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from core.config import Settings
+from core.ledger.actions import Operator
+from core.ledger.queue import WorkQueue
+from core.ledger.reads import Reads
+from core.ledger.registry import WorkerRegistry
+from core.ledger.transactions import Transactions, open_transactions
+from core.ledger.views import (
+    BulkResult,
+    ChunkRecord,
+    ChunkView,
+    Claim,
+    DocumentView,
+    FailureGroup,
+    Reaped,
+    SearchHit,
+    TaskEventView,
+    TaskView,
+    WorkerView,
+)
+from core.store import ObjectStore
+
+
+def new_id() -> str:
+    """A new task or document id: 32 lowercase hex characters."""
+    return uuid.uuid4().hex
+
+
+class Ledger:
+    """One open ledger and its roles. Safe to use from many coroutines: each call
+    of a role is its own transaction."""
+
+    def __init__(
+        self,
+        transactions: Transactions,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+        ids: Callable[[], str] = new_id,
+    ) -> None:
+        self.transactions = transactions
+        self.settings = settings
+        self.clock = clock
+        self.reads = Reads(transactions)
+        self.queue = WorkQueue(transactions, settings, clock)
+        self.operator = Operator(
+            transactions, settings, ObjectStore(settings.store_root), self.reads, clock, ids
+        )
+        self.registry = WorkerRegistry(transactions, clock)
+
+    @classmethod
+    async def open(
+        cls,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+        ids: Callable[[], str] = new_id,
+    ) -> Ledger:
+        """Open (creating or upgrading) the ledger the settings point at."""
+        transactions = open_transactions(settings)
+        try:
+            await transactions.prepare()
+        except BaseException:
+            await transactions.close()
+            raise
+        return cls(transactions, settings, clock=clock, ids=ids)
+
+    async def close(self) -> None:
+        await self.transactions.close()
+
+    async def __aenter__(self) -> Ledger:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def backend(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.transactions.backend
+
+
+__all__ = [
+    "BulkResult",
+    "ChunkRecord",
+    "ChunkView",
+    "Claim",
+    "DocumentView",
+    "FailureGroup",
+    "Ledger",
+    "Operator",
+    "Reads",
+    "Reaped",
+    "SearchHit",
+    "TaskEventView",
+    "TaskView",
+    "WorkQueue",
+    "WorkerRegistry",
+    "WorkerView",
+    "new_id",
+]

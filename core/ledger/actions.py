@@ -1,0 +1,384 @@
+"""The operator's side of the ledger: upload, submit, publish, cancel, retry, bulk
+actions and deleting a document.
+
+Each action is one conditional UPDATE whose WHERE clause is the transition rule; when
+it matches nothing, the action re-reads the row and raises :class:`Conflict` saying
+which rule refused it. A read-only process simply has no :class:`Operator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+
+from sqlalchemy import Row, delete, insert, select, text, update
+from sqlalchemy.engine import Connection
+
+from core.config import Settings
+from core.errors import Conflict, NotFound
+from core.filters import TaskFilter
+from core.intake import check_upload, display_name, read_upload
+from core.ledger import rows
+from core.ledger.reads import Reads
+from core.ledger.schema import CANCELLABLE_SQL, DOCUMENTS, OUTBOX, TASKS
+from core.ledger.statements import DELETE_CHUNKS, TASK_COLUMNS, next_revision
+from core.ledger.transactions import Transactions
+from core.ledger.views import BulkResult, DocumentView, TaskView
+from core.states import CANCELLABLE, DocumentStatus, Stage, TaskStatus
+from core.store import ObjectStore
+
+
+def _one_of(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+
+# "only queued, running or retry_wait": the refusal is worded from the rule itself.
+CANCEL_RULE = "only " + _one_of([s.value for s in TaskStatus if s in CANCELLABLE])
+
+
+class Operator:
+    """Actions a person (CLI, dashboard, HTTP) takes; each is in the task history."""
+
+    def __init__(
+        self,
+        transactions: Transactions,
+        settings: Settings,
+        store: ObjectStore,
+        reads: Reads,
+        clock: Callable[[], float],
+        ids: Callable[[], str],
+    ) -> None:
+        self._tx = transactions
+        self.settings = settings
+        self.store = store
+        self.reads = reads
+        self.clock = clock
+        self._ids = ids
+
+    # ---------------------------------------------------------------- uploads
+
+    async def upload(self, data: bytes, name: str) -> DocumentView:
+        """Store the original and record a draft document.
+
+        The object is written (and fsynced) before the row commits: an orphaned
+        object is harmless, a row without its object is not.
+        """
+        kind = check_upload(data, name, self.settings.max_upload_bytes)
+        # fsync can take tens of milliseconds: keep it off the event loop.
+        key, digest = await asyncio.to_thread(self.store.put, data)
+        now = self.clock()
+        doc = {
+            "id": self._ids(),
+            "filename": display_name(name),
+            "sha256": digest,
+            "object_key": key,
+            "size": len(data),
+            "kind": kind.value,
+            "status": DocumentStatus.DRAFT.value,
+            "version": 1,
+            "created_at": now,
+            "updated_at": now,
+        }
+
+        def tx(conn: Connection) -> DocumentView:
+            conn.execute(insert(DOCUMENTS), doc)
+            return DocumentView.from_row(doc)
+
+        return await self._tx.write(tx)
+
+    async def upload_path(
+        self, path: str | os.PathLike[str], name: str | None = None
+    ) -> DocumentView:
+        """Upload a file from disk, refusing anything that is not a readable file."""
+        data = await asyncio.to_thread(read_upload, Path(path), self.settings.max_upload_bytes)
+        return await self.upload(data, name or Path(path).name)
+
+    # --------------------------------------------------------- document moves
+
+    async def submit(
+        self, document_id: str, *, actor: str = "system", expected_version: int | None = None
+    ) -> TaskView:
+        """Create a queued task for a draft document and move it to processing, in
+        one transaction. Anything but a draft is a conflict."""
+        now = self.clock()
+        task_id = self._ids()
+
+        def tx(conn: Connection) -> TaskView:
+            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            cond = (DOCUMENTS.c.id == doc_id) & (DOCUMENTS.c.status == DocumentStatus.DRAFT.value)
+            if expected_version is not None:
+                cond &= DOCUMENTS.c.version == expected_version
+            doc = conn.execute(
+                update(DOCUMENTS)
+                .where(cond)
+                .values(
+                    status=DocumentStatus.PROCESSING.value,
+                    version=DOCUMENTS.c.version + 1,
+                    updated_at=now,
+                )
+                .returning(DOCUMENTS.c.id, DOCUMENTS.c.filename)
+            ).first()
+            if doc is None:
+                current = rows.document_row(conn, doc_id)
+                if expected_version is not None and current.version != expected_version:
+                    raise Conflict(
+                        f"document {doc_id[:8]} changed (version {current.version}, "
+                        f"expected {expected_version}); reload and try again"
+                    )
+                raise Conflict(
+                    f"document {doc_id[:8]} is {current.status}; only draft documents "
+                    "can be submitted"
+                )
+            task = {
+                "id": task_id,
+                "document_id": doc_id,
+                "status": TaskStatus.QUEUED.value,
+                "previous_status": None,
+                "stage": Stage.DOWNLOAD.value,
+                "completed": 0,
+                "total": 1,
+                "attempt": 0,
+                "max_attempts": self.settings.max_attempts,
+                "error_code": None,
+                "error_detail": None,
+                "worker_id": None,
+                "lease_expires_at": None,
+                "next_attempt_at": now,
+                "progress_at": None,
+                "options": "{}",
+                "created_at": now,
+                "updated_at": now,
+            }
+            row = conn.execute(
+                insert(TASKS).values(revision=next_revision()).returning(*TASK_COLUMNS), task
+            ).one()
+            rows.record_events(conn, [task], actor=actor, at=now)
+            conn.execute(
+                insert(OUTBOX),
+                {
+                    "topic": "task.submitted",
+                    "payload": json.dumps({"task_id": task_id, "document_id": doc_id}),
+                    "created_at": now,
+                    "delivered_at": None,
+                },
+            )
+            return TaskView.from_row(row, document_name=doc.filename)
+
+        return await self._tx.write(tx)
+
+    async def publish(self, document_id: str, *, actor: str = "system") -> DocumentView:
+        """A human approved the chunks: review_pending → published (searchable)."""
+        return await self._move_document(
+            document_id,
+            DocumentStatus.REVIEW_PENDING,
+            DocumentStatus.PUBLISHED,
+            "only documents waiting for review can be published",
+        )
+
+    async def _move_document(
+        self, document_id: str, source: DocumentStatus, target: DocumentStatus, rule: str
+    ) -> DocumentView:
+        now = self.clock()
+
+        def tx(conn: Connection) -> DocumentView:
+            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            row = conn.execute(
+                update(DOCUMENTS)
+                .where((DOCUMENTS.c.id == doc_id) & (DOCUMENTS.c.status == source.value))
+                .values(status=target.value, version=DOCUMENTS.c.version + 1, updated_at=now)
+                .returning(*DOCUMENTS.c)
+            ).first()
+            if row is None:
+                current = rows.document_row(conn, doc_id)
+                raise Conflict(f"document {doc_id[:8]} is {current.status}; {rule}")
+            return DocumentView.from_row(row)
+
+        return await self._tx.write(tx)
+
+    async def delete_document(self, document_id: str) -> None:
+        """Remove a document row and its chunks (its tasks keep their history)."""
+
+        def tx(conn: Connection) -> None:
+            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            conn.execute(delete(DOCUMENTS).where(DOCUMENTS.c.id == doc_id))
+
+        await self._tx.write(tx)
+
+    # ------------------------------------------------------------ task moves
+
+    async def cancel(
+        self, task_id: str, *, actor: str = "system", reason: str | None = None
+    ) -> TaskView:
+        """Cancel a queued, running or retry_wait task; its document returns to draft
+        and loses any chunks a running attempt already wrote."""
+        now = self.clock()
+
+        def tx(conn: Connection) -> TaskView:
+            resolved = rows.resolve_id(conn, TASKS, task_id, "task")
+            row = conn.execute(
+                update(TASKS)
+                .where(TASKS.c.id == resolved)
+                .where(text(CANCELLABLE_SQL))
+                .values(
+                    status=TaskStatus.CANCELLED.value,
+                    previous_status=TASKS.c.status,
+                    lease_expires_at=None,
+                    next_attempt_at=None,
+                    updated_at=now,
+                    revision=next_revision(),
+                )
+                .returning(*TASK_COLUMNS, TASKS.c.previous_status)
+            ).first()
+            if row is None:
+                current = rows.task_row(conn, resolved)
+                raise Conflict(
+                    f"task {resolved[:8]} is {current.status}; {CANCEL_RULE} tasks can be cancelled"
+                )
+            rows.move_document(
+                conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT, at=now
+            )
+            # A draft never keeps a half-built index from the abandoned run.
+            DELETE_CHUNKS.rowcount(conn, {"p_document_id": row.document_id})
+            rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
+            return TaskView.from_row(row)
+
+        return await self._tx.write(tx)
+
+    async def retry(
+        self, task_id: str, *, actor: str = "system", reason: str | None = None
+    ) -> TaskView:
+        """Requeue a failed task (same row) when its document is failed too. The
+        attempt counter is left alone; the next claim increments it."""
+        now = self.clock()
+        doc_failed = (
+            select(DOCUMENTS.c.id)
+            .where(DOCUMENTS.c.id == TASKS.c.document_id)
+            .where(DOCUMENTS.c.status == DocumentStatus.FAILED.value)
+            .exists()
+        )
+
+        def tx(conn: Connection) -> TaskView:
+            resolved = rows.resolve_id(conn, TASKS, task_id, "task")
+            row = conn.execute(
+                update(TASKS)
+                .where(TASKS.c.id == resolved)
+                .where(TASKS.c.status == TaskStatus.FAILED.value)
+                .where(doc_failed)
+                .values(
+                    status=TaskStatus.QUEUED.value,
+                    # A human decided to try again: the automatic retry budget
+                    # starts afresh from the attempt the task has reached.
+                    max_attempts=TASKS.c.attempt + self.settings.max_attempts,
+                    previous_status=TASKS.c.status,
+                    stage=Stage.DOWNLOAD.value,
+                    completed=0,
+                    total=1,
+                    error_code=None,
+                    error_detail=None,
+                    worker_id=None,
+                    lease_expires_at=None,
+                    next_attempt_at=now,
+                    progress_at=None,
+                    updated_at=now,
+                    revision=next_revision(),
+                )
+                .returning(*TASK_COLUMNS, TASKS.c.previous_status)
+            ).first()
+            if row is None:
+                raise Conflict(_why_not_retry(conn, rows.task_row(conn, resolved)))
+            rows.move_document(
+                conn, row.document_id, DocumentStatus.FAILED, DocumentStatus.PROCESSING, at=now
+            )
+            rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
+            return TaskView.from_row(row)
+
+        return await self._tx.write(tx)
+
+    # ------------------------------------------------------------------ bulk
+
+    async def bulk_cancel(
+        self,
+        filter: TaskFilter,
+        *,
+        actor: str = "system",
+        reason: str | None = None,
+        dry_run: bool = False,
+    ) -> BulkResult:
+        """Cancel every task matching the filter. The dry run counts what is eligible
+        and why the rest is not; the real run re-checks each task with the same
+        conditional update as a single cancel, so a task that moved meanwhile is
+        refused rather than overwritten."""
+        return await self._bulk(
+            filter,
+            lambda t: t.status in CANCELLABLE,
+            lambda t: f"{t.status.value}: {CANCEL_RULE} tasks can be cancelled",
+            lambda task_id: self.cancel(task_id, actor=actor, reason=reason),
+            dry_run,
+        )
+
+    async def bulk_retry(
+        self,
+        filter: TaskFilter,
+        *,
+        actor: str = "system",
+        reason: str | None = None,
+        dry_run: bool = False,
+    ) -> BulkResult:
+        """Requeue every failed task matching the filter (see :meth:`bulk_cancel`)."""
+
+        def why(t: TaskView) -> str:
+            if t.status is TaskStatus.CANCELLED:
+                return "cancelled: submit the document again instead"
+            return f"{t.status.value}: only failed tasks can be retried"
+
+        return await self._bulk(
+            filter,
+            lambda t: t.status is TaskStatus.FAILED,
+            why,
+            lambda task_id: self.retry(task_id, actor=actor, reason=reason),
+            dry_run,
+        )
+
+    async def _bulk(
+        self,
+        filter: TaskFilter,
+        eligible: Callable[[TaskView], bool],
+        why_not: Callable[[TaskView], str],
+        act: Callable[[str], Awaitable[TaskView]],
+        dry_run: bool,
+    ) -> BulkResult:
+        tasks = await self.reads.list_tasks(filter=filter, limit=None)
+        chosen = [t.task_id for t in tasks if eligible(t)]
+        ineligible: dict[str, int] = {}
+        for t in tasks:
+            if not eligible(t):
+                ineligible[why_not(t)] = ineligible.get(why_not(t), 0) + 1
+        result = BulkResult(
+            matched=len(tasks), eligible=len(chosen), ineligible=ineligible, dry_run=dry_run
+        )
+        if dry_run:
+            return result
+        done = refused = 0
+        for task_id in chosen:
+            try:
+                await act(task_id)
+                done += 1
+            except (Conflict, NotFound):
+                refused += 1
+        return replace(result, done=done, refused=refused)
+
+
+def _why_not_retry(conn: Connection, task: Row[object]) -> str:
+    short = task.id[:8]
+    if task.status == TaskStatus.CANCELLED.value:
+        return f"task {short} was cancelled; submit the document again instead of retrying"
+    if task.status != TaskStatus.FAILED.value:
+        return f"task {short} is {task.status}; only failed tasks can be retried"
+    doc = conn.execute(select(DOCUMENTS.c.status).where(DOCUMENTS.c.id == task.document_id)).first()
+    if doc is None:
+        return f"task {short}'s document no longer exists; upload it again"
+    return f"task {short}'s document is {doc.status}, not failed; it cannot be retried"

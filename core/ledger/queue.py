@@ -1,0 +1,387 @@
+"""The worker's side of the ledger: claim, heartbeat, progress, finish, fail, hand
+back, and reaping the tasks of workers that vanished.
+
+Every write after a claim is fenced on it (:data:`~core.ledger.statements.HELD`):
+the row must still be running, at the attempt this worker claimed, by this worker. A
+worker that lost its task (cancelled, reaped) learns it from a write answering
+False or None, with nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Row, case, literal, text, update
+from sqlalchemy.engine import Connection
+
+from core.config import Settings
+from core.errors import ERROR_DETAIL_MAX, BadInput, ClaimBug
+from core.ledger import rows
+from core.ledger.schema import DOCUMENTS, RUNNING_SQL, TASKS
+from core.ledger.statements import (
+    CLAIM_NEXT,
+    CLAIM_NEXT_SKIP_LOCKED,
+    CLAIM_ONE,
+    DELETE_CHUNKS,
+    EVENT_SOURCE_COLUMNS,
+    FINISH,
+    HEARTBEAT,
+    HELD,
+    INSERT_CHUNKS,
+    PROGRESS,
+    PROGRESS_WITH_OPTIONS,
+    TASK_COLUMNS,
+    next_revision,
+)
+from core.ledger.transactions import Transactions
+from core.ledger.views import ChunkRecord, Claim, DocumentView, Reaped, TaskView
+from core.states import ERRORS, DocumentStatus, ErrorCode, Stage, TaskStatus
+
+REAPER_ACTOR = "reaper"
+
+
+def _held(claim: Claim) -> dict[str, Any]:
+    return {"p_task_id": claim.task_id, "p_attempt": claim.attempt, "p_worker_id": claim.worker_id}
+
+
+def _options_json(options: Mapping[str, Any] | None) -> str | None:
+    return None if options is None else json.dumps(dict(options), sort_keys=True)
+
+
+class WorkQueue:
+    """Claims and the fenced writes of the worker holding a claim."""
+
+    def __init__(
+        self, transactions: Transactions, settings: Settings, clock: Callable[[], float]
+    ) -> None:
+        self._tx = transactions
+        self.settings = settings
+        self.clock = clock
+        self._claim_next = (
+            CLAIM_NEXT_SKIP_LOCKED if transactions.backend == "postgresql" else CLAIM_NEXT
+        )
+
+    def _lease(self, lease_s: float | None) -> float:
+        return self.settings.lease_s if lease_s is None else lease_s
+
+    # ------------------------------------------------------------------ claims
+
+    async def claim(
+        self,
+        task_id: str,
+        worker_id: str,
+        *,
+        lease_s: float | None = None,
+        with_document: bool = False,
+    ) -> Claim | None:
+        """Claim one task if it is claimable. None means another worker got it
+        first (or it is not claimable): that is an answer, not an error.
+
+        ``with_document`` reads the task's document in the same transaction, saving
+        a worker a round trip before it can start.
+        """
+        now = self.clock()
+        lease = self._lease(lease_s)
+        params = {
+            "p_task_id": task_id,
+            "p_worker_id": worker_id,
+            "p_now": now,
+            "p_lease_until": now + lease,
+        }
+
+        def tx(conn: Connection) -> Claim | None:
+            found = CLAIM_ONE.rows(conn, params)
+            if len(found) > 1:
+                raise ClaimBug(f"claim of {task_id} matched {len(found)} rows")
+            if not found:
+                return None
+            rows.record_events(conn, [found[0]._asdict()], actor=worker_id, at=now)
+            documents = self._documents(conn, found) if with_document else {}
+            return Claim.from_row(found[0], worker_id, lease, documents)
+
+        return await self._tx.write(tx)
+
+    async def claim_next(
+        self,
+        worker_id: str,
+        *,
+        limit: int = 1,
+        lease_s: float | None = None,
+        with_document: bool = False,
+    ) -> list[Claim]:
+        """Claim up to ``limit`` of the claimable tasks that have waited longest, in
+        one statement. A worker with k free slots should ask for k at once."""
+        if limit < 1:
+            raise BadInput("limit must be at least 1")
+        now = self.clock()
+        lease = self._lease(lease_s)
+        params = {
+            "p_worker_id": worker_id,
+            "p_now": now,
+            "p_lease_until": now + lease,
+            "p_limit": limit,
+        }
+
+        def tx(conn: Connection) -> list[Claim]:
+            found = self._claim_next.rows(conn, params)
+            rows.record_events(conn, [r._asdict() for r in found], actor=worker_id, at=now)
+            # RETURNING order is unspecified on PostgreSQL; hand claims out oldest first.
+            ordered = sorted(found, key=lambda r: (r.created_at, r.id))
+            documents = self._documents(conn, found) if with_document else {}
+            return [Claim.from_row(r, worker_id, lease, documents) for r in ordered]
+
+        return await self._tx.write(tx)
+
+    @staticmethod
+    def _documents(conn: Connection, found: Sequence[Any]) -> dict[str, DocumentView]:
+        return rows.documents_by_id(conn, (r.document_id for r in found))
+
+    # -------------------------------------------------------- fenced writes
+
+    async def heartbeat(self, claim: Claim, *, lease_s: float | None = None) -> bool:
+        """Renew the lease. False means the worker no longer holds the task and must
+        stop without writing anything else."""
+        lease = claim.lease_s if lease_s is None else lease_s
+        params = _held(claim) | {"p_lease_until": self.clock() + lease}
+
+        def tx(conn: Connection) -> bool:
+            return bool(HEARTBEAT.rowcount(conn, params))
+
+        return await self._tx.write(tx)
+
+    async def report_progress(
+        self,
+        claim: Claim,
+        stage: Stage,
+        completed: int,
+        total: int,
+        *,
+        lease_s: float | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Record stage progress (and renew the lease with it). Only the holder of a
+        running task is heard; for anyone else this is a no-op returning False."""
+        now = self.clock()
+        lease = claim.lease_s if lease_s is None else lease_s
+        params = _held(claim) | {
+            "p_stage": Stage(stage).value,
+            "p_completed": completed,
+            "p_total": total,
+            "p_now": now,
+            "p_lease_until": now + lease,
+        }
+        statement = PROGRESS
+        if options is not None:
+            params["p_options"] = _options_json(options)
+            statement = PROGRESS_WITH_OPTIONS
+
+        def tx(conn: Connection) -> bool:
+            return bool(statement.rowcount(conn, params))
+
+        return await self._tx.write(tx)
+
+    async def finish(
+        self,
+        claim: Claim,
+        chunks: Sequence[ChunkRecord],
+        *,
+        options: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Index and finalize in ONE transaction: replace the document's chunks,
+        task → succeeded, document → review_pending. Fenced on the claim, so a
+        cancel lands wholly before (nothing written) or after (it deletes the
+        chunks). False, with nothing written, if the worker lost the task."""
+        now = self.clock()
+        params = _held(claim) | {
+            "p_now": now,
+            "p_total": len(chunks),
+            "p_options": _options_json(options),
+        }
+
+        def tx(conn: Connection) -> bool:
+            found = FINISH.rows(conn, params)
+            if not found:
+                return False
+            _replace_chunks(conn, claim.document_id, chunks)
+            rows.move_document(
+                conn,
+                claim.document_id,
+                DocumentStatus.PROCESSING,
+                DocumentStatus.REVIEW_PENDING,
+                at=now,
+            )
+            rows.record_events(conn, [found[0]._asdict()], actor=claim.worker_id, at=now)
+            return True
+
+        return await self._tx.write(tx)
+
+    async def fail(
+        self,
+        claim: Claim,
+        error_code: ErrorCode,
+        detail: str | None = None,
+        *,
+        stage: Stage | None = None,
+    ) -> TaskView | None:
+        """Record a failure of the held attempt.
+
+        Transient codes go to retry_wait with exponential backoff and jitter while
+        attempts remain; permanent codes (and exhausted attempts) go to failed and
+        take the document with them. None if the worker no longer holds the task.
+        """
+        error_code = ErrorCode(error_code)
+        now = self.clock()
+        retry = ERRORS[error_code].transient and claim.attempt < claim.max_attempts
+        values: dict[str, Any] = {
+            "previous_status": TASKS.c.status,
+            "error_code": error_code.value,
+            "error_detail": (detail or "")[:ERROR_DETAIL_MAX] or None,
+            "lease_expires_at": None,
+            "updated_at": now,
+            "revision": next_revision(),
+        }
+        if stage is not None:
+            values["stage"] = Stage(stage).value  # where it failed, if progress lagged
+        if retry:
+            values["status"] = TaskStatus.RETRY_WAIT.value
+            values["next_attempt_at"] = now + self.backoff_s(claim.attempt)
+        else:
+            values["status"] = TaskStatus.FAILED.value
+        statement = update(TASKS).where(HELD).values(**values).returning(*TASK_COLUMNS)
+
+        def tx(conn: Connection) -> TaskView | None:
+            row = conn.execute(statement, _held(claim)).first()
+            if row is None:
+                return None
+            # An unfinished attempt leaves no chunks (ledgers written before finish()
+            # wrote chunks in a separate transaction could hold some).
+            DELETE_CHUNKS.rowcount(conn, {"p_document_id": claim.document_id})
+            if not retry:
+                rows.move_document(
+                    conn,
+                    claim.document_id,
+                    DocumentStatus.PROCESSING,
+                    DocumentStatus.FAILED,
+                    at=now,
+                )
+            event = dict(row._mapping) | {"previous_status": TaskStatus.RUNNING.value}
+            rows.record_events(conn, [event], actor=claim.worker_id, at=now)
+            return TaskView.from_row(row)
+
+        return await self._tx.write(tx)
+
+    async def hand_back(self, claim: Claim, *, reason: str = "handed back on shutdown") -> bool:
+        """Give a held task back (worker shutting down, or a claim taken ahead and
+        not started): claimable again at once. ``reason`` goes into its history."""
+        now = self.clock()
+        statement = (
+            update(TASKS)
+            .where(HELD)
+            .values(
+                status=TaskStatus.RETRY_WAIT.value,
+                previous_status=TASKS.c.status,
+                # A handed-back attempt was not a failure: it does not count
+                # against the automatic retry budget.
+                max_attempts=TASKS.c.max_attempts + 1,
+                lease_expires_at=None,
+                next_attempt_at=now,
+                updated_at=now,
+                revision=next_revision(),
+            )
+            .returning(*EVENT_SOURCE_COLUMNS)
+        )
+
+        def tx(conn: Connection) -> bool:
+            row = conn.execute(statement, _held(claim)).first()
+            if row is None:
+                return False
+            rows.record_events(conn, [row._mapping], actor=claim.worker_id, at=now, reason=reason)
+            return True
+
+        return await self._tx.write(tx)
+
+    def backoff_s(self, attempt: int) -> float:
+        """Seconds to wait before the next automatic attempt: exponential, capped,
+        with 'equal jitter' so a burst of failures does not retry in lockstep."""
+        ceiling = min(
+            self.settings.backoff_max_s,
+            self.settings.backoff_base_s * 2.0 ** max(attempt - 1, 0),
+        )
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    # ------------------------------------------------------------------ reaping
+
+    async def reap(self) -> list[Reaped]:
+        """Take back tasks whose lease expired (their worker vanished): retry_wait
+        while attempts remain, else failed with lease_expired."""
+        now = self.clock()
+        exhausted = TASKS.c.attempt >= TASKS.c.max_attempts
+        statement = (
+            update(TASKS)
+            .where(text(RUNNING_SQL))
+            .where(TASKS.c.lease_expires_at < now)
+            .values(
+                status=case(
+                    (exhausted, literal(TaskStatus.FAILED.value)),
+                    else_=literal(TaskStatus.RETRY_WAIT.value),
+                ),
+                previous_status=TASKS.c.status,
+                error_code=ErrorCode.LEASE_EXPIRED.value,
+                error_detail="lease expired",
+                next_attempt_at=case((exhausted, None), else_=literal(now)),
+                lease_expires_at=None,
+                updated_at=now,
+                revision=next_revision(),
+            )
+            .returning(*EVENT_SOURCE_COLUMNS, TASKS.c.document_id)
+        )
+
+        def tx(conn: Connection) -> list[Reaped]:
+            found: Sequence[Row[Any]] = conn.execute(statement).all()
+            for r in found:  # a vanished worker's unfinished attempt leaves no chunks
+                DELETE_CHUNKS.rowcount(conn, {"p_document_id": r.document_id})
+            failed_docs = [r.document_id for r in found if r.status == TaskStatus.FAILED.value]
+            if failed_docs:
+                conn.execute(
+                    update(DOCUMENTS)
+                    .where(DOCUMENTS.c.id.in_(failed_docs))
+                    .where(DOCUMENTS.c.status == DocumentStatus.PROCESSING.value)
+                    .values(
+                        status=DocumentStatus.FAILED.value,
+                        version=DOCUMENTS.c.version + 1,
+                        updated_at=now,
+                    )
+                )
+            rows.record_events(
+                conn,
+                [r._mapping for r in found],
+                actor=REAPER_ACTOR,
+                at=now,
+                reason="lease expired",
+            )
+            return [Reaped(r.id, TaskStatus(r.status), r.attempt) for r in found]
+
+        return await self._tx.write(tx)
+
+
+def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRecord]) -> None:
+    DELETE_CHUNKS.rowcount(conn, {"p_document_id": document_id})
+    if chunks:
+        INSERT_CHUNKS.many(
+            conn,
+            [
+                {
+                    "document_id": document_id,
+                    "ordinal": c.ordinal,
+                    "text": c.text,
+                    "page": c.page,
+                    "char_start": c.char_start,
+                    "char_end": c.char_end,
+                    "embedding": c.embedding,
+                }
+                for c in chunks
+            ],
+        )

@@ -1,0 +1,288 @@
+"""Reading the ledger: task and document lists, the revision feed, counts, history,
+chunks and search. Nothing here writes; every read is one short transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, func, select, text
+from sqlalchemy.engine import Connection
+
+from core.filters import COMPARISONS, TaskFilter, Term
+from core.ledger import rows
+from core.ledger.schema import CHUNKS, DOCUMENTS, EVENTS, TASKS
+from core.ledger.statements import TASK_COLUMNS
+from core.ledger.transactions import Transactions
+from core.ledger.views import (
+    ChunkView,
+    DocumentView,
+    FailureGroup,
+    SearchHit,
+    TaskEventView,
+    TaskView,
+)
+from core.states import DocumentStatus, ErrorCode, Stage, TaskStatus
+
+FEED_LIMIT = 5000  # tasks per "what changed since R" answer
+
+
+def _tasks_with_names() -> Select[Any]:
+    return select(*TASK_COLUMNS, DOCUMENTS.c.filename).select_from(
+        TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
+    )
+
+
+def _views(conn: Connection, query: Select[Any]) -> list[TaskView]:
+    return [TaskView.from_row(r, document_name=r.filename) for r in conn.execute(query)]
+
+
+class Reads:
+    """Questions about the ledger's current state."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self._tx = transactions
+
+    # ------------------------------------------------------------------ tasks
+
+    async def get_task(self, task_id: str) -> TaskView:
+        def tx(conn: Connection) -> TaskView:
+            resolved = rows.resolve_id(conn, TASKS, task_id, "task")
+            row = conn.execute(_tasks_with_names().where(TASKS.c.id == resolved)).one()
+            return TaskView.from_row(row, document_name=row.filename)
+
+        return await self._tx.read(tx)
+
+    async def list_tasks(
+        self,
+        *,
+        status: TaskStatus | str | None = None,
+        error_code: ErrorCode | str | None = None,
+        document_id: str | None = None,
+        filter: TaskFilter | None = None,
+        limit: int | None = 1000,
+        offset: int = 0,
+    ) -> list[TaskView]:
+        """Tasks, newest first, optionally by status / error code / document / filter."""
+        query = _tasks_with_names()
+        if filter:
+            query = query.where(*(term_clause(t) for t in filter.terms))
+        if status is not None:
+            query = query.where(TASKS.c.status == TaskStatus(status).value)
+        if error_code is not None:
+            query = query.where(TASKS.c.error_code == ErrorCode(error_code).value)
+        if document_id is not None:
+            query = query.where(TASKS.c.document_id == document_id)
+        query = query.order_by(TASKS.c.created_at.desc(), TASKS.c.id.desc()).offset(offset)
+        if limit is not None:
+            query = query.limit(limit)
+        return await self._tx.read(lambda conn: _views(conn, query))
+
+    async def count_tasks(self, filter: TaskFilter | None = None) -> int:
+        """How many tasks match a filter (all of them, not just a page)."""
+        query = select(func.count()).select_from(
+            TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
+        )
+        if filter:
+            query = query.where(*(term_clause(t) for t in filter.terms))
+
+        def tx(conn: Connection) -> int:
+            return int(conn.execute(query).scalar() or 0)
+
+        return await self._tx.read(tx)
+
+    async def tasks_since(self, revision: int, *, limit: int = FEED_LIMIT) -> list[TaskView]:
+        """Tasks changed after ``revision``, oldest change first. A reader keeps the
+        highest revision it has seen and asks again: cost follows the change rate,
+        not the ledger's size."""
+        query = (
+            _tasks_with_names()
+            .where(TASKS.c.revision > revision)
+            .order_by(TASKS.c.revision)
+            .limit(limit)
+        )
+        return await self._tx.read(lambda conn: _views(conn, query))
+
+    async def revision(self) -> int:
+        """The ledger's newest revision (0 when empty)."""
+
+        def tx(conn: Connection) -> int:
+            return int(conn.execute(select(func.max(TASKS.c.revision))).scalar() or 0)
+
+        return await self._tx.read(tx)
+
+    async def task_history(self, task_id: str) -> list[TaskEventView]:
+        """A task's audit history, oldest first."""
+
+        def tx(conn: Connection) -> list[TaskEventView]:
+            resolved = rows.resolve_id(conn, TASKS, task_id, "task")
+            query = select(EVENTS).where(EVENTS.c.task_id == resolved).order_by(EVENTS.c.id)
+            return [TaskEventView.from_row(r) for r in conn.execute(query)]
+
+        return await self._tx.read(tx)
+
+    async def counts(self) -> dict[TaskStatus, int]:
+        """Number of tasks in each status (every status present, zeros included)."""
+
+        def tx(conn: Connection) -> dict[TaskStatus, int]:
+            query = select(TASKS.c.status, func.count()).group_by(TASKS.c.status)
+            out = dict.fromkeys(TaskStatus, 0)
+            for status, n in conn.execute(query):
+                out[TaskStatus(status)] = n
+            return out
+
+        return await self._tx.read(tx)
+
+    async def failure_groups(self) -> list[FailureGroup]:
+        """Failed tasks grouped by error code then stage, largest group first."""
+        query = (
+            select(
+                TASKS.c.error_code,
+                TASKS.c.stage,
+                func.count(),
+                func.min(TASKS.c.updated_at),
+                func.max(TASKS.c.updated_at),
+            )
+            .where(TASKS.c.status == TaskStatus.FAILED.value)
+            .group_by(TASKS.c.error_code, TASKS.c.stage)
+            .order_by(func.count().desc(), TASKS.c.error_code)
+        )
+
+        def tx(conn: Connection) -> list[FailureGroup]:
+            return [
+                FailureGroup(
+                    ErrorCode(code or ErrorCode.INTERNAL_ERROR), Stage(stage), n, first, last
+                )
+                for code, stage, n, first, last in conn.execute(query)
+            ]
+
+        return await self._tx.read(tx)
+
+    # -------------------------------------------------------------- documents
+
+    async def get_document(self, document_id: str) -> DocumentView:
+        def tx(conn: Connection) -> DocumentView:
+            resolved = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            return DocumentView.from_row(rows.document_row(conn, resolved))
+
+        return await self._tx.read(tx)
+
+    async def list_documents(
+        self, *, status: DocumentStatus | str | None = None, limit: int | None = 1000
+    ) -> list[DocumentView]:
+        query = select(DOCUMENTS).order_by(DOCUMENTS.c.created_at.desc(), DOCUMENTS.c.id.desc())
+        if status is not None:
+            query = query.where(DOCUMENTS.c.status == DocumentStatus(status).value)
+        if limit is not None:
+            query = query.limit(limit)
+
+        def tx(conn: Connection) -> list[DocumentView]:
+            return [DocumentView.from_row(r) for r in conn.execute(query)]
+
+        return await self._tx.read(tx)
+
+    async def chunks(self, document_id: str, *, limit: int | None = None) -> list[ChunkView]:
+        def tx(conn: Connection) -> list[ChunkView]:
+            resolved = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            query = (
+                select(
+                    CHUNKS.c.ordinal,
+                    CHUNKS.c.text,
+                    CHUNKS.c.page,
+                    CHUNKS.c.char_start,
+                    CHUNKS.c.char_end,
+                )
+                .where(CHUNKS.c.document_id == resolved)
+                .order_by(CHUNKS.c.ordinal)
+            )
+            if limit is not None:
+                query = query.limit(limit)
+            return [
+                ChunkView(resolved, r.ordinal, r.text, r.page, r.char_start, r.char_end)
+                for r in conn.execute(query)
+            ]
+
+        return await self._tx.read(tx)
+
+    async def search(
+        self, query: str, *, limit: int = 20, include_unpublished: bool = False
+    ) -> list[SearchHit]:
+        """Full-text search over chunks (FTS5 on SQLite, tsvector on PostgreSQL).
+
+        Only published documents are searchable unless ``include_unpublished``:
+        review_pending chunks exist but a human has not approved them yet.
+        """
+        words = re.findall(r"\w+", query)
+        if not words:
+            return []
+        columns = (
+            CHUNKS.c.document_id,
+            DOCUMENTS.c.filename,
+            CHUNKS.c.ordinal,
+            CHUNKS.c.page,
+            CHUNKS.c.text,
+        )
+        joined = CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id)
+        if self._tx.backend == "postgresql":
+            match = text("chunks.search @@ plainto_tsquery('simple', :q)").bindparams(
+                q=" ".join(words)
+            )
+            stmt = select(*columns).select_from(joined).where(match)
+        else:
+            # Quoted terms: user text must never be read as FTS5 query syntax.
+            fts_query = " ".join('"' + w.replace('"', "") + '"' for w in words)
+            stmt = (
+                select(*columns)
+                .select_from(joined.join(text("chunks_fts"), text("chunks_fts.rowid = chunks.id")))
+                .where(text("chunks_fts MATCH :q").bindparams(q=fts_query))
+                .order_by(text("chunks_fts.rank"))
+            )
+        if not include_unpublished:
+            stmt = stmt.where(DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value)
+        stmt = stmt.limit(limit)
+
+        def tx(conn: Connection) -> list[SearchHit]:
+            return [
+                SearchHit(r.document_id, r.filename, r.ordinal, r.page, r.text)
+                for r in conn.execute(stmt)
+            ]
+
+        return await self._tx.read(tx)
+
+
+def term_clause(term: Term) -> ColumnElement[bool]:
+    """SQL for one filter term; NULLs are coalesced so negation means what
+    :meth:`Term.matches` means."""
+    name = func.lower(func.coalesce(DOCUMENTS.c.filename, ""))
+    code = func.coalesce(TASKS.c.error_code, "")
+    value = term.value
+    clause: ColumnElement[bool]
+    if term.field is None:
+        v = value.lower()
+        clause = (
+            name.contains(v, autoescape=True)
+            | TASKS.c.id.startswith(v, autoescape=True)
+            | code.contains(v, autoescape=True)
+        )
+    elif term.field == "status":
+        clause = TASKS.c.status == value
+    elif term.field == "code":
+        clause = code == value
+    elif term.field == "stage":
+        clause = TASKS.c.stage == value
+    elif term.field == "attempt":
+        compare: Callable[[Any, int], Any] = COMPARISONS[term.op]
+        clause = compare(TASKS.c.attempt, int(value))
+    elif term.field == "worker":
+        clause = func.lower(func.coalesce(TASKS.c.worker_id, "")).contains(
+            value.lower(), autoescape=True
+        )
+    elif term.field == "name":
+        clause = name.contains(value.lower(), autoescape=True)
+    elif term.field == "id":
+        clause = TASKS.c.id.startswith(value.lower(), autoescape=True)
+    else:
+        clause = TASKS.c.document_id.startswith(value.lower(), autoescape=True)
+    return ~clause if term.negate else clause

@@ -1,0 +1,128 @@
+"""Steps inside a transaction that more than one role takes: finding a row by a short
+id, writing the audit history, and moving a document along with its task.
+
+Every function here takes an open :class:`~sqlalchemy.engine.Connection` and runs in
+the caller's transaction; none commits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import Row, Table, select
+from sqlalchemy.engine import Connection
+
+from core.errors import BadInput, Conflict, NotFound
+from core.ledger.schema import DOCUMENTS, TASKS
+from core.ledger.statements import INSERT_EVENTS, MOVE_DOCUMENT
+from core.ledger.views import DocumentView
+from core.states import DocumentStatus
+
+SHORT_ID_MIN = 4  # characters a task/document id prefix needs to be accepted
+_ID_PREFIX = re.compile(rf"[0-9a-f]{{{SHORT_ID_MIN},32}}")
+
+
+def resolve_id(conn: Connection, table: Table, ident: str, what: str) -> str:
+    """Accept a full id or a unique prefix (as the dashboard shows them)."""
+    ident = ident.strip().lower()
+    if not _ID_PREFIX.fullmatch(ident):
+        raise NotFound(
+            f"no {what} {ident!r} (ids are hexadecimal, at least {SHORT_ID_MIN} characters)"
+        )
+    if len(ident) == 32:
+        if conn.execute(select(table.c.id).where(table.c.id == ident)).first() is None:
+            raise NotFound(f"no {what} {ident}")
+        return ident
+    # A range on the primary key, not LIKE: uses the index on both backends.
+    matches = conn.execute(
+        select(table.c.id).where(table.c.id >= ident).where(table.c.id < ident + "g").limit(2)
+    ).all()
+    if not matches:
+        raise NotFound(f"no {what} {ident}")
+    if len(matches) > 1:
+        raise BadInput(f"{what} id {ident} is ambiguous; give more characters")
+    return str(matches[0].id)
+
+
+def task_row(conn: Connection, task_id: str) -> Row[Any]:
+    row = conn.execute(select(TASKS).where(TASKS.c.id == task_id)).first()
+    if row is None:
+        raise NotFound(f"no task {task_id}")
+    return row
+
+
+def document_row(conn: Connection, document_id: str) -> Row[Any]:
+    row = conn.execute(select(DOCUMENTS).where(DOCUMENTS.c.id == document_id)).first()
+    if row is None:
+        raise NotFound(f"no document {document_id}")
+    return row
+
+
+def documents_by_id(conn: Connection, document_ids: Iterable[str]) -> dict[str, DocumentView]:
+    ids = list(document_ids)
+    if not ids:
+        return {}
+    found = conn.execute(select(DOCUMENTS).where(DOCUMENTS.c.id.in_(ids))).all()
+    return {r.id: DocumentView.from_row(r) for r in found}
+
+
+def record_events(
+    conn: Connection,
+    rows: Iterable[Mapping[Any, Any]],
+    *,
+    actor: str,
+    at: float,
+    reason: str | None = None,
+) -> None:
+    """Append one history line per transitioned task row (id, status,
+    previous_status, stage, attempt, error_code), in the same transaction."""
+    events = [
+        {
+            "task_id": r["id"],
+            "at": at,
+            "actor": actor,
+            "from_status": r["previous_status"],
+            "to_status": r["status"],
+            "stage": r["stage"],
+            "attempt": r["attempt"],
+            "error_code": r["error_code"],
+            "reason": reason,
+        }
+        for r in rows
+    ]
+    if events:
+        INSERT_EVENTS.many(conn, events)
+
+
+def move_document(
+    conn: Connection,
+    document_id: str,
+    source: DocumentStatus,
+    target: DocumentStatus,
+    *,
+    at: float,
+) -> None:
+    """Move the document with its task (see PAIRED_DOCUMENT_STATUS), or refuse.
+
+    Refusing raises Conflict, which rolls the task's change back too: the pair is
+    never split.
+    """
+    moved = MOVE_DOCUMENT.rowcount(
+        conn,
+        {
+            "p_document_id": document_id,
+            "p_source": source.value,
+            "p_target": target.value,
+            "p_now": at,
+        },
+    )
+    if moved == 1:
+        return
+    gone = conn.execute(select(DOCUMENTS.c.id).where(DOCUMENTS.c.id == document_id)).first()
+    if gone is None:
+        # A task outlives its deleted document (document_not_found): there is no
+        # document status left to pair with.
+        return
+    raise Conflict(f"document {document_id[:8]} is not {source}; the task change was not applied")

@@ -1,0 +1,203 @@
+"""How one ledger transaction runs, on each backend, behind one small protocol.
+
+A role writes a transaction as a plain function of a SQLAlchemy ``Connection`` and
+hands it to :meth:`Transactions.read` or :meth:`Transactions.write`; the SQL is the
+same on both backends, only the way it reaches the database differs:
+
+* **SQLite** — one synchronous (pysqlite) engine, and each transaction runs as one
+  call on a small thread pool. aiosqlite hops threads once per statement; one hop
+  per transaction made claims 4x faster (measured by ``bench.claims``). Writers take
+  the write lock up front (``BEGIN IMMEDIATE``) so concurrent writers queue on
+  ``busy_timeout`` instead of failing when a deferred reader upgrades.
+* **PostgreSQL** — SQLAlchemy's async engine on asyncpg; the function runs through
+  ``run_sync``. Writers serialise on an advisory lock so the revision counter commits
+  in the order it is handed out (a reader asking "what changed since R" must never
+  skip a revision committed late).
+
+Reads are short on purpose: an open SQLite read transaction pins the WAL and blocks
+checkpoints, so none is ever held across a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidRequestError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from core.config import Settings
+from core.errors import BadInput, LedgerUnavailable, SchemaTooNew
+from core.ledger.migrate import migrate
+
+T = TypeVar("T")
+
+SQLITE_THREADS = 4  # threads running SQLite transactions (writers still take turns)
+SQLITE_POOL_SIZE = 8  # connections kept open per SQLite ledger
+WRITE_OPTION = "ingestdesk_write"
+# Serialises ledger writers on PostgreSQL (see the module docstring).
+PG_WRITE_LOCK_KEY = 0x1D6E57  # arbitrary, fixed forever
+
+
+class Transactions(Protocol):
+    """Runs transaction functions against one ledger database."""
+
+    @property
+    def backend(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        ...
+
+    async def read(self, tx: Callable[[Connection], T]) -> T:
+        """Run ``tx`` in a read transaction and return what it returns."""
+        ...
+
+    async def write(self, tx: Callable[[Connection], T]) -> T:
+        """Run ``tx`` in a write transaction (serialised with other writers)."""
+        ...
+
+    async def prepare(self) -> None:
+        """Check the database can be reached and bring its schema up to date."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def open_transactions(settings: Settings) -> Transactions:
+    """The runner for the ledger URL in ``settings`` (no connection opened yet)."""
+    url = _ledger_url(settings.db_url)
+    if url.get_backend_name() == "sqlite":
+        return SqliteTransactions(url, settings)
+    return PostgresTransactions(url)
+
+
+def _ledger_url(db_url: str) -> URL:
+    try:
+        url = make_url(db_url)
+    except ArgumentError as exc:
+        raise BadInput(f"malformed ledger URL: {db_url!r}") from exc
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if url.database in (None, "", ":memory:"):
+            raise BadInput(
+                "a SQLite ledger URL needs a file path, e.g. sqlite:///ledger.db "
+                "(an in-memory database cannot be shared between processes)"
+            )
+        # Any SQLite spelling (sqlite://, sqlite+aiosqlite://) runs on the stdlib driver.
+        return url.set(drivername="sqlite+pysqlite")
+    if backend == "postgresql":
+        if url.drivername in ("postgresql", "postgres"):
+            url = url.set(drivername="postgresql+asyncpg")
+        return url
+    raise BadInput(f"unsupported ledger backend {backend!r}: use sqlite or postgresql")
+
+
+async def _migrate(transactions: Transactions, url: URL) -> None:
+    """Bring the schema up to date in one write transaction, or say why the ledger
+    cannot be opened (a newer schema is refused as such)."""
+    try:
+        await transactions.write(migrate)
+    except SchemaTooNew:
+        raise
+    except (OperationalError, DBAPIError, OSError) as exc:
+        raise LedgerUnavailable(
+            f"cannot open ledger {url.render_as_string(hide_password=True)}: "
+            f"{type(exc).__name__}: {getattr(exc, 'orig', exc)}"
+        ) from exc
+
+
+class SqliteTransactions:
+    """SQLite: a synchronous engine, one thread hop per transaction."""
+
+    backend = "sqlite"
+
+    def __init__(self, url: URL, settings: Settings) -> None:
+        synchronous = settings.sqlite_synchronous.upper()
+        if synchronous not in ("NORMAL", "FULL"):
+            raise BadInput("sqlite synchronous must be NORMAL or FULL")
+        self.url = url
+        Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine: Engine = create_engine(
+                url, pool_size=SQLITE_POOL_SIZE, max_overflow=SQLITE_POOL_SIZE
+            )
+        except (ArgumentError, ImportError, InvalidRequestError) as exc:
+            raise BadInput(f"cannot use ledger URL {url!s}: {exc}") from exc
+        _install_sqlite_hooks(self.engine, synchronous, settings.sqlite_busy_timeout_ms)
+        self._writer = self.engine.execution_options(**{WRITE_OPTION: True})
+        self._threads = ThreadPoolExecutor(SQLITE_THREADS, thread_name_prefix="ledger")
+
+    def _run(self, tx: Callable[[Connection], T], write: bool) -> T:
+        with (self._writer if write else self.engine).begin() as conn:
+            return tx(conn)
+
+    async def read(self, tx: Callable[[Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, self._run, tx, False)
+
+    async def write(self, tx: Callable[[Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, self._run, tx, True)
+
+    async def prepare(self) -> None:
+        await _migrate(self, self.url)
+
+    async def close(self) -> None:
+        self._threads.shutdown(wait=True)
+        self.engine.dispose()
+
+
+def _install_sqlite_hooks(engine: Engine, synchronous: str, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take BEGIN out of the driver's hands so writers can BEGIN IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A writer that starts DEFERRED and upgrades later gets SQLITE_BUSY without
+        # waiting; taking the write lock up front makes it queue on busy_timeout.
+        if conn.get_execution_options().get(WRITE_OPTION):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+class PostgresTransactions:
+    """PostgreSQL: asyncpg through SQLAlchemy's async engine."""
+
+    backend = "postgresql"
+
+    def __init__(self, url: URL) -> None:
+        self.url = url
+        try:
+            self.engine: AsyncEngine = create_async_engine(url, pool_pre_ping=True)
+        except (ArgumentError, ImportError, InvalidRequestError) as exc:
+            raise BadInput(
+                f"cannot use ledger URL {url.render_as_string(hide_password=True)}: {exc}"
+            ) from exc
+
+    async def read(self, tx: Callable[[Connection], T]) -> T:
+        async with self.engine.begin() as conn:
+            return await conn.run_sync(tx)
+
+    async def write(self, tx: Callable[[Connection], T]) -> T:
+        async with self.engine.begin() as conn:
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_WRITE_LOCK_KEY})
+            return await conn.run_sync(tx)
+
+    async def prepare(self) -> None:
+        await _migrate(self, self.url)
+
+    async def close(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,267 @@
+"""What the ledger hands out: frozen values, never ORM rows.
+
+Each view knows how to build itself from a row (``from_row``) and how to become a
+JSON-ready dict (``to_dict``), so the CLI, the dashboard and the HTTP face all show
+the same fields under the same names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from core.states import DocumentKind, DocumentStatus, ErrorCode, Stage, TaskStatus
+
+
+class _View:
+    """Views are frozen dataclasses; this gives each one its JSON-ready dict."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload, no-any-return]
+
+
+def _mapping(row: Any) -> Mapping[str, Any]:
+    """A row's columns by name, whether it is a SQLAlchemy Row or a plain mapping."""
+    return row._mapping if hasattr(row, "_mapping") else row  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class DocumentView(_View):
+    document_id: str
+    filename: str
+    sha256: str
+    object_key: str
+    size: int
+    kind: DocumentKind
+    status: DocumentStatus
+    version: int
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def from_row(cls, row: Any) -> DocumentView:
+        m = _mapping(row)
+        return cls(
+            document_id=m["id"],
+            filename=m["filename"],
+            sha256=m["sha256"],
+            object_key=m["object_key"],
+            size=m["size"],
+            kind=DocumentKind(m["kind"]),
+            status=DocumentStatus(m["status"]),
+            version=m["version"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+        )
+
+
+@dataclass(frozen=True)
+class TaskView(_View):
+    task_id: str
+    document_id: str
+    status: TaskStatus
+    stage: Stage
+    completed: int
+    total: int
+    attempt: int
+    error_code: ErrorCode | None
+    error_detail: str | None
+    document_name: str | None = None
+    max_attempts: int = 0
+    worker_id: str | None = None
+    lease_expires_at: float | None = None
+    next_attempt_at: float | None = None
+    progress_at: float | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    revision: int = 0
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def short_id(self) -> str:
+        return self.task_id[:8]
+
+    def is_stalled(self, now: float, after_s: float) -> bool:
+        """A running task whose progress has not moved for ``after_s`` seconds.
+
+        Stalled is shown, never acted on: the lease (not progress) decides whether a
+        worker is gone. The one definition every screen and command uses.
+        """
+        return (
+            self.status is TaskStatus.RUNNING
+            and self.progress_at is not None
+            and now - self.progress_at > after_s
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["options"] = dict(self.options)
+        return out
+
+    @classmethod
+    def from_row(cls, row: Any, *, document_name: str | None = None) -> TaskView:
+        m = _mapping(row)
+        return cls(
+            task_id=m["id"],
+            document_id=m["document_id"],
+            status=TaskStatus(m["status"]),
+            stage=Stage(m["stage"]),
+            completed=m["completed"],
+            total=m["total"],
+            attempt=m["attempt"],
+            error_code=ErrorCode(m["error_code"]) if m["error_code"] else None,
+            error_detail=m["error_detail"],
+            document_name=document_name,
+            max_attempts=m["max_attempts"],
+            worker_id=m["worker_id"],
+            lease_expires_at=m["lease_expires_at"],
+            next_attempt_at=m["next_attempt_at"],
+            progress_at=m["progress_at"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+            revision=m["revision"],
+            options=json.loads(m["options"] or "{}"),
+        )
+
+
+@dataclass(frozen=True)
+class TaskEventView(_View):
+    """One line of a task's audit history."""
+
+    event_id: int
+    task_id: str
+    at: float
+    actor: str
+    from_status: TaskStatus | None
+    to_status: TaskStatus
+    stage: Stage
+    attempt: int
+    error_code: ErrorCode | None
+    reason: str | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> TaskEventView:
+        m = _mapping(row)
+        return cls(
+            event_id=m["id"],
+            task_id=m["task_id"],
+            at=m["at"],
+            actor=m["actor"],
+            from_status=TaskStatus(m["from_status"]) if m["from_status"] else None,
+            to_status=TaskStatus(m["to_status"]),
+            stage=Stage(m["stage"]),
+            attempt=m["attempt"],
+            error_code=ErrorCode(m["error_code"]) if m["error_code"] else None,
+            reason=m["reason"],
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Proof that a worker holds a task. ``attempt`` is the fencing token: every
+    write the worker makes is conditional on it, so a worker presumed dead cannot
+    overwrite a newer attempt."""
+
+    task_id: str
+    document_id: str
+    worker_id: str
+    attempt: int
+    max_attempts: int
+    lease_expires_at: float
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # Renewals (heartbeats, progress) extend the lease by the length it was taken for.
+    lease_s: float = 30.0
+    # The task's document, read with the claim when asked for (None if gone).
+    document: DocumentView | None = None
+
+    @classmethod
+    def from_row(
+        cls,
+        row: Any,
+        worker_id: str,
+        lease_s: float,
+        documents: Mapping[str, DocumentView] | None = None,
+    ) -> Claim:
+        return cls(
+            task_id=row.id,
+            document_id=row.document_id,
+            worker_id=worker_id,
+            attempt=row.attempt,
+            max_attempts=row.max_attempts,
+            lease_expires_at=row.lease_expires_at,
+            options=json.loads(row.options or "{}"),
+            lease_s=lease_s,
+            document=(documents or {}).get(row.document_id),
+        )
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """A chunk as a worker writes it (with its embedding)."""
+
+    ordinal: int
+    text: str
+    page: int | None
+    char_start: int
+    char_end: int
+    embedding: bytes | None = None
+
+
+@dataclass(frozen=True)
+class ChunkView(_View):
+    document_id: str
+    ordinal: int
+    text: str
+    page: int | None
+    char_start: int
+    char_end: int
+
+
+@dataclass(frozen=True)
+class SearchHit(_View):
+    document_id: str
+    filename: str
+    ordinal: int
+    page: int | None
+    text: str
+
+
+@dataclass(frozen=True)
+class BulkResult(_View):
+    """What a bulk action found (and, unless a dry run, did)."""
+
+    matched: int
+    eligible: int
+    ineligible: dict[str, int]
+    dry_run: bool
+    done: int = 0
+    refused: int = 0
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    error_code: ErrorCode
+    stage: Stage
+    count: int
+    first_seen: float
+    last_seen: float
+
+
+@dataclass(frozen=True)
+class WorkerView(_View):
+    worker_id: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    stopped_at: float | None
+    alive: bool
+
+
+@dataclass(frozen=True)
+class Reaped:
+    task_id: str
+    status: TaskStatus
+    attempt: int
