@@ -42,7 +42,7 @@ from pathlib import Path
 
 from core.config import Settings, sqlite_url
 from core.errors import BadInput, ObjectReadError, error_detail_of
-from core.ledger import Ledger, new_id
+from core.ledger import Ledger, Operator, new_id
 from core.states import ErrorCode
 
 DEMO_SEED = 20_240_611  # fixed: the corpus is byte-identical on every run
@@ -339,7 +339,7 @@ async def build_demo_async(
     try:
         for item in files:
             if item.name == RETRY_DOCUMENT:
-                await _submit_failed_once(ledger, item, directory)
+                await _submit_failed_once(ledger, item, directory, ids)
             else:
                 doc = await ledger.operator.upload(item.data, item.name)
                 await ledger.operator.submit(doc.document_id, actor=DEMO_ACTOR)
@@ -348,15 +348,25 @@ async def build_demo_async(
     return settings
 
 
-async def _submit_failed_once(ledger: Ledger, item: DemoFile, directory: Path) -> None:
+async def _submit_failed_once(
+    ledger: Ledger, item: DemoFile, directory: Path, ids: Callable[[], str]
+) -> None:
     """Run one real attempt of ``item`` while its stored original is missing, then
     put the original back, leaving a failed task that a retry will fix."""
     doc = await ledger.operator.upload(item.data, item.name)
     # One allowed attempt: object_read_error is transient and would otherwise be
-    # retried automatically (and succeed) before the operator ever saw it.
-    # The same open ledger under other settings: nothing new to open or close.
-    single = Ledger(ledger.transactions, ledger.settings.with_(max_attempts=1), clock=ledger.clock)
-    task = await single.operator.submit(doc.document_id, actor=DEMO_ACTOR)
+    # retried automatically (and succeed) before the operator ever saw it. Only the
+    # operator role is made again, on the ledger's own open transactions (nothing is
+    # opened, so nothing more to close) and with the ledger's clock and id factory.
+    single = Operator(
+        ledger.transactions,
+        ledger.settings.with_(max_attempts=1),
+        ledger.operator.store,
+        ledger.reads,
+        ledger.clock,
+        ids,
+    )
+    task = await single.submit(doc.document_id, actor=DEMO_ACTOR)
     stored = ledger.settings.store_root / doc.object_key
     aside = directory / "withheld" / doc.sha256
     aside.parent.mkdir(parents=True, exist_ok=True)
@@ -376,8 +386,15 @@ async def _submit_failed_once(ledger: Ledger, item: DemoFile, directory: Path) -
         aside.parent.rmdir()
 
 
-def build_demo(directory: Path, **options: object) -> Settings:
-    """Synchronous :func:`build_demo_async` for command-line entry points.
+def build_demo(
+    directory: Path,
+    *,
+    seed: int = DEMO_SEED,
+    clock: Callable[[], float] = time.time,
+    ids: Callable[[], str] = new_id,
+) -> Settings:
+    """Synchronous :func:`build_demo_async` (same arguments) for command-line entry
+    points.
 
     Raises:
         RuntimeError: Called from inside a running event loop (use the async one).
@@ -385,5 +402,5 @@ def build_demo(directory: Path, **options: object) -> Settings:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(build_demo_async(directory, **options))  # type: ignore[arg-type]
+        return asyncio.run(build_demo_async(directory, seed=seed, clock=clock, ids=ids))
     raise RuntimeError("build_demo() was called inside an event loop; await build_demo_async()")

@@ -44,7 +44,8 @@ def test_error_table_matches_the_error_codes() -> None:
 
 
 def test_cli_reference_lists_every_command() -> None:
-    from core.cli import build_parser
+    # The installed command's parser: core's commands and the screens tui/ adds.
+    from tui.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

@@ -1,28 +1,134 @@
-"""The installed ``ingestdesk`` command: core's CLI, plus the screens only tui/ can
-open. Textual is imported only when a screen is asked for, so ``ingestdesk tasks``
-starts as fast as the headless CLI."""
+"""The installed ``ingestdesk`` command: core's command line plus the commands that
+open a screen (``dashboard``, which also runs when no command is given, ``demo`` and
+``race``). Core's CLI knows nothing of them; they are added here, on top.
+
+Textual is imported only when a screen is asked for, so ``ingestdesk tasks`` starts as
+fast as the headless CLI (``python -m core.cli``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from core import Settings
-from core.cli import main as core_main
+from core.cli import Command, CommandLine, Output, settings_from_args
+from core.cli import build_command_line as core_command_line
+from core.errors import BadInput
+
+DESCRIPTION = "Document ingestion control room. Without a command, opens the dashboard."
+DASHBOARD = "dashboard"
+DEFAULT_WORKERS = 2  # in-process worker coroutines of the dashboard
+DEMO_DIR = "ingestdesk-demo"  # where `ingestdesk demo` builds its ledger, by default
 
 
-def launch(command: str, settings: Settings, args: argparse.Namespace) -> int:
-    """Open the dashboard (or the claim race) on ``settings``; the exit code."""
-    from tui.app import run_dashboard, run_race
+def _dashboard_options(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
+    """``--workers`` and ``--read-only``. The root parser holds the defaults (plain
+    ``ingestdesk`` opens the dashboard); a sub-command suppresses them so it does not
+    overwrite a value given before the command."""
 
-    if command == "race":
-        return run_race(settings)
+    def default(value: object) -> object:
+        return value if top_level else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=default(DEFAULT_WORKERS),
+        help="in-process worker coroutines (default 2; 0 = watch only)",
+    )
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        default=default(False),
+        help="hide and refuse every action that changes the ledger",
+    )
+
+
+def _check_workers(args: argparse.Namespace) -> None:
+    if args.workers < 0:
+        raise BadInput("--workers must be 0 or more")
+
+
+def _run_dashboard(args: argparse.Namespace, out: Output) -> int:
+    """``ingestdesk [dashboard]``: the dashboard on the ledger the options name."""
+    _check_workers(args)
+    settings = settings_from_args(args)
+    from tui.app import run_dashboard
+
     return run_dashboard(settings, workers=args.workers, read_only=args.read_only)
 
 
+def _run_demo(args: argparse.Namespace, out: Output) -> int:
+    """``ingestdesk demo [DIR]``: build the demo ledger (or reopen it) and open the
+    dashboard on it."""
+    _check_workers(args)
+    from core.demo import DEMO_DB_FILE, build_demo, demo_settings
+
+    directory = Path(args.directory)
+    if (directory / DEMO_DB_FILE).exists():
+        print(f"reopening the demo ledger in {directory} (delete it for a fresh one)")
+        settings = demo_settings(directory)
+    else:
+        print(f"building a demo ledger in {directory} ...", flush=True)
+        settings = build_demo(directory)
+    from tui.app import run_dashboard
+
+    return run_dashboard(settings, workers=args.workers, read_only=args.read_only)
+
+
+def _run_race(args: argparse.Namespace, out: Output) -> int:
+    """``ingestdesk race``: the claim race, two workers side by side."""
+    _check_workers(args)
+    settings = settings_from_args(args)
+    from tui.app import run_race
+
+    return run_race(settings)
+
+
+def _dashboard_arguments(parser: argparse.ArgumentParser) -> None:
+    _dashboard_options(parser, top_level=False)
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "directory", nargs="?", default=DEMO_DIR, help=f"where (default ./{DEMO_DIR})"
+    )
+    _dashboard_options(parser, top_level=False)
+
+
+SCREEN_COMMANDS: tuple[Command, ...] = (
+    Command(
+        DASHBOARD,
+        "open the dashboard on the ledger",
+        _run_dashboard,
+        _dashboard_arguments,
+    ),
+    Command(
+        "demo",
+        "build a demo ledger with a generated corpus and open the dashboard on it",
+        _run_demo,
+        _demo_arguments,
+    ),
+    Command("race", "two workers race for one task, side by side", _run_race),
+)
+
+
+def build_command_line() -> CommandLine:
+    """Core's commands and the screens; no command opens the dashboard."""
+    line = core_command_line(SCREEN_COMMANDS, description=DESCRIPTION, default_command=DASHBOARD)
+    _dashboard_options(line.parser, top_level=True)
+    return line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the installed ``ingestdesk`` command."""
+    return build_command_line().parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return core_main(argv, launch=launch)
+    """Run one ``ingestdesk`` command; the exit code."""
+    return build_command_line().run(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

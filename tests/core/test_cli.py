@@ -314,6 +314,15 @@ def test_tasks_filters_by_status_and_error_code(
     human = cli("tasks", "--status", "queued")
     assert human.code == EXIT_OK
     assert len(human.stdout.splitlines()) == 2
+    # --filter, as the README shows it, narrows the list too (it was once ignored).
+    assert ids("--filter", "status:failed") == {failed["task_id"]}
+    assert ids("--filter", "code:parse_error status:failed") == {failed["task_id"]}
+    assert ids("--filter", "!status:queued") == {cancelled["task_id"], failed["task_id"]}
+    assert ids("--filter", "name:q0", "--status", "queued") == {queued[0]["task_id"]}
+    assert ids("--filter", "status:failed", "--status", "queued") == set()
+    bad = cli("tasks", "--filter", "colour:red", "--json")
+    assert bad.code == EXIT_BAD_INPUT
+    assert bad.error["kind"] == "BadInput"
 
 
 def test_retry_of_a_failed_task_requeues_it(

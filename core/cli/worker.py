@@ -1,32 +1,45 @@
-"""``ingestdesk worker``: arguments and the command that runs a :class:`core.ingest.worker.Worker`.
+"""``ingestdesk worker``: its arguments and the command that runs a
+:class:`core.ingest.worker.Worker`.
 
-Light on purpose: the CLI imports this module to build its parser, and a looping
-worker starts its parser process (:func:`start_parser_early`) before the ledger's
-modules (SQLAlchemy: ~0.3 s of imports) load, so the two start-ups overlap on two
-cores instead of the first document waiting for the parser.
+Light on purpose: the command line imports this module to build its parser, and a
+looping worker starts its parser process (:func:`start_parser_early`) before the
+ledger's modules (SQLAlchemy: ~0.3 s of imports) load, so the two start-ups overlap
+on two cores instead of the first document waiting for the parser.
+
+For the same reason ``--parser``, ``--chunk-size`` and ``--chunk-overlap`` are left
+unset by argparse and filled from :class:`~core.ingest.pipeline.PipelineOptions`, their
+one home, when the worker runs (:func:`pipeline_options`): reading its defaults while
+the parser is built would import the pipeline, SQLAlchemy with it (~0.2 s), before the
+parser process starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
+import dataclasses
 import json
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from core.cli.command import Command
+from core.cli.options import settings_from_args
+from core.cli.output import EXIT_OK, Output
 from core.config import Settings
 from core.errors import BadInput
+from core.gc_tuning import freeze_startup_objects
 from core.ingest.parse_pool import ParserPool
+from core.ingest.parsing import PARSERS
 
 if TYPE_CHECKING:
-    from core.cli import Output
+    from core.ingest.pipeline import PipelineOptions
 
 DEFAULT_STOP_GRACE_S = 10.0  # seconds running tasks get to finish on SIGTERM
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``worker`` command's own arguments."""
     parser.add_argument(
         "task_id", nargs="?", help="claim this task (default: the oldest claimable)"
     )
@@ -47,9 +60,23 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--worker-id", help="name shown in the ledger (default host-pid)")
     parser.add_argument("--lease", type=float, help="lease in seconds (default 30)")
-    parser.add_argument("--parser", choices=["pypdf", "pdfium"], default="pypdf")
-    parser.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk")
-    parser.add_argument("--chunk-overlap", type=int, default=150, help="characters of overlap")
+    # Unset (None) means PipelineOptions' default; see the module docstring.
+    parser.add_argument("--parser", choices=PARSERS)
+    parser.add_argument("--chunk-size", type=int, help="characters per chunk")
+    parser.add_argument("--chunk-overlap", type=int, help="characters of overlap")
+
+
+def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
+    """The pipeline options the worker was given; :class:`PipelineOptions`' own
+    defaults for those it was not (the one place they are written down)."""
+    from core.ingest.pipeline import PipelineOptions
+
+    given = {
+        field.name: value
+        for field in dataclasses.fields(PipelineOptions)
+        if (value := getattr(args, field.name, None)) is not None
+    }
+    return PipelineOptions(**given)
 
 
 def start_parser_early(args: argparse.Namespace) -> ParserPool | None:
@@ -61,6 +88,14 @@ def start_parser_early(args: argparse.Namespace) -> ParserPool | None:
     pool = ParserPool(workers=min(args.parsers, args.concurrency))
     pool.prestart()
     return pool
+
+
+def run_worker(args: argparse.Namespace, out: Output) -> int:
+    """``ingestdesk worker``: start the parser early, then run the worker."""
+    settings = settings_from_args(args)
+    pool = start_parser_early(args)
+    asyncio.run(run_worker_command(settings, args, out, pool))
+    return EXIT_OK
 
 
 async def run_worker_command(
@@ -86,7 +121,6 @@ async def run_worker_command(
 
 
 async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: ParserPool) -> None:
-    from core.ingest.pipeline import PipelineOptions
     from core.ingest.worker import Worker, WorkerEvent
     from core.ledger import Ledger
 
@@ -96,7 +130,8 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
         raise BadInput("--parsers must be at least 1")
     if args.lease is not None and args.lease <= 0:
         raise BadInput("--lease must be positive")
-    if args.parser == "pdfium":
+    options = pipeline_options(args)
+    if options.parser == "pdfium":
         try:
             import pypdfium2  # noqa: F401
         except ImportError as exc:
@@ -109,17 +144,16 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
         print(event.line, file=log_stream, flush=True)
 
     ledger = await Ledger.open(settings)
-    # Everything loaded so far (SQLAlchemy's and the ledger's objects) lives as long
-    # as the process: out of the collector's sight, full collections during the run
-    # do not walk it, and exit does not collect it (~50 ms of teardown per process).
-    gc.freeze()
+    # Start-up is done: what is loaded now lives as long as the process (why and what
+    # it saves: core/gc_tuning.py).
+    freeze_startup_objects()
     worker = Worker(
         ledger,
         args.worker_id,
         pool=pool,
         concurrency=args.concurrency,
         lease_s=args.lease,
-        options=PipelineOptions(args.parser, args.chunk_size, args.chunk_overlap),
+        options=options,
         on_event=log,
         register=bool(args.loop or args.until_idle),
     )
@@ -160,3 +194,6 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
             ),
             flush=True,
         )
+
+
+WORKER = Command("worker", "claim and run ingestion tasks", run_worker, add_worker_arguments)

@@ -1,0 +1,157 @@
+"""Task commands: ``tasks``, ``task``, ``cancel``, ``retry``, and ``errors`` (the
+error codes a task can fail with)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import TYPE_CHECKING
+
+from core.cli.command import Command, on_ledger
+from core.cli.output import EXIT_OK, Output, task_line, when
+from core.errors import BadInput
+from core.filters import parse_filter
+from core.states import ERRORS, ErrorCode, TaskStatus
+
+if TYPE_CHECKING:
+    from core.ledger import BulkResult, Ledger
+
+DEFAULT_LIST_LIMIT = 1000  # tasks listed at most
+
+
+async def cmd_tasks(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    """``ingestdesk tasks``: tasks, newest first, narrowed by status, code or filter."""
+    tasks = await ledger.reads.list_tasks(
+        status=args.status,
+        error_code=args.error_code,
+        filter=parse_filter(args.filter) if args.filter is not None else None,
+        limit=args.limit,
+    )
+    out.emit([t.to_dict() for t in tasks], [task_line(t) for t in tasks] or ["no tasks"])
+
+
+async def cmd_task(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    """``ingestdesk task TASK_ID``: one task with its event history."""
+    task = await ledger.reads.get_task(args.task_id)
+    history = await ledger.reads.task_history(task.task_id)
+    stalled = task.is_stalled(time.time(), ledger.settings.stall_after_s)
+    value = task.to_dict() | {"stalled": stalled, "history": [e.to_dict() for e in history]}
+    lines = [
+        f"task      {task.task_id}",
+        f"document  {task.document_id}  {task.document_name or '(gone)'}",
+        f"status    {task.status.value}{'  (stalled)' if stalled else ''}",
+        f"stage     {task.stage.value} {task.completed}/{task.total}",
+        f"attempt   {task.attempt} of {task.max_attempts}",
+        f"worker    {task.worker_id or '-'}",
+        f"error     {task.error_code.value if task.error_code else '-'}"
+        + (f" ({task.error_detail})" if task.error_detail else ""),
+        "history:",
+    ]
+    for e in history:
+        lines.append(
+            f"  {when(e.at)}  {e.from_status or '-':>10} -> {e.to_status:<10} stage={e.stage} "
+            f"attempt={e.attempt} actor={e.actor}"
+            + (f" code={e.error_code}" if e.error_code else "")
+            + (f" reason={e.reason!r}" if e.reason else "")
+        )
+    out.emit(value, lines)
+
+
+def _bulk_lines(verb: str, past: str, result: BulkResult) -> list[str]:
+    head = "would " + verb if result.dry_run else past
+    count = result.eligible if result.dry_run else result.done
+    lines = [f"{head} {count} of {result.matched} matching tasks"]
+    lines += [f"  not eligible: {n} x {why}" for why, n in sorted(result.ineligible.items())]
+    if result.refused:
+        lines.append(f"  refused at execution (changed meanwhile): {result.refused}")
+    return lines
+
+
+def _target(args: argparse.Namespace) -> str | None:
+    """The one task to act on, or None for every task matching ``--filter``. An
+    action that changes state needs exactly one of them: never "all" by default."""
+    if bool(args.task_id) == bool(args.filter):
+        raise BadInput("give a TASK_ID or --filter EXPR (not both)")
+    if args.dry_run and not args.filter:
+        raise BadInput("--dry-run goes with --filter")
+    task_id: str | None = args.task_id
+    return task_id
+
+
+async def cmd_cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    """``ingestdesk cancel``: cancel one task, or every task matching a filter."""
+    if task_id := _target(args):
+        task = await ledger.operator.cancel(task_id, actor=args.actor, reason=args.reason)
+        line = f"cancelled task={task.task_id} document={task.document_id} (a draft again)"
+        out.emit(task.to_dict(), line)
+        return
+    result = await ledger.operator.bulk_cancel(
+        parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
+    )
+    out.emit(result.to_dict(), _bulk_lines("cancel", "cancelled", result))
+
+
+async def cmd_retry(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    """``ingestdesk retry``: requeue one failed task, or every one matching a filter."""
+    if task_id := _target(args):
+        task = await ledger.operator.retry(task_id, actor=args.actor, reason=args.reason)
+        out.emit(
+            task.to_dict(),
+            f"requeued task={task.task_id} attempt={task.attempt} status={task.status}",
+        )
+        return
+    result = await ledger.operator.bulk_retry(
+        parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
+    )
+    out.emit(result.to_dict(), _bulk_lines("requeue", "requeued", result))
+
+
+def run_errors(args: argparse.Namespace, out: Output) -> int:
+    """``ingestdesk errors``: the error codes, what they mean and what to do. Needs
+    no ledger."""
+    value = [
+        {
+            "error_code": i.code.value,
+            "meaning": i.meaning,
+            "advice": i.advice,
+            "transient": i.transient,
+        }
+        for i in ERRORS.values()
+    ]
+    out.emit(value, [f"{i.code.value:<22} {i.meaning}; {i.advice}" for i in ERRORS.values()])
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ arguments
+
+
+def _tasks(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--status", choices=[s.value for s in TaskStatus])
+    parser.add_argument("--error-code", choices=[c.value for c in ErrorCode])
+    parser.add_argument("--filter", help="filter expression, e.g. 'status:failed code:parse_error'")
+    parser.add_argument("--limit", type=int, default=DEFAULT_LIST_LIMIT)
+
+
+def _task_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task_id")
+
+
+def _one_or_filtered(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task_id", nargs="?")
+    parser.add_argument("--filter", help="act on every task matching this filter expression")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="with --filter: count, change nothing"
+    )
+    parser.add_argument("--reason", help="why, for the audit log")
+
+
+TASKS = Command("tasks", "list ingestion tasks, newest first", on_ledger(cmd_tasks), _tasks)
+TASK = Command("task", "one task with its event history", on_ledger(cmd_task), _task_id)
+CANCEL = Command(
+    "cancel",
+    "cancel a queued, running or retry_wait task",
+    on_ledger(cmd_cancel),
+    _one_or_filtered,
+)
+RETRY = Command("retry", "requeue a failed task", on_ledger(cmd_retry), _one_or_filtered)
+ERROR_CODES = Command("errors", "the error codes, what they mean and what to do", run_errors)
