@@ -181,7 +181,8 @@ def bare_parse(files: Sequence[Path]) -> tuple[float, float]:
 def core_parse(files: Sequence[Path]) -> tuple[float, float]:
     """``core.ingest.parsing.parse_document`` in this process: pypdf + NUL stripping +
     chunking, no ledger, no parser process. Returns (wall seconds, CPU seconds)."""
-    from core.ingest.parsing import parse_document, sniff_kind
+    from core.ingest.parsing import parse_document
+    from core.ingest.sniffing import sniff_kind
 
     chunks = 0
     start, cpu = time.perf_counter(), time.process_time()

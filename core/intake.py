@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from core.errors import BadInput
-from core.ingest.parsing import sniff_kind
+from core.ingest.sniffing import sniff_kind
 from core.states import DocumentKind
 
 NAME_MAX = 255  # characters of a display name

@@ -1,6 +1,8 @@
 """Ingestion: the pipeline's stages, the worker loop, parsing (in killable parser
-processes), chunking and embedding.
+processes), content sniffing, chunking and embedding.
 
-Deliberately empty: a parser child imports :mod:`core.ingest.parsing` alone and must
-not pay for SQLAlchemy, which the pipeline and the worker load.
+Deliberately empty: a parser child imports :mod:`core.ingest.parsing` (with
+:mod:`~core.ingest.sniffing`, :mod:`~core.ingest.chunker` and
+:mod:`~core.ingest.parser_warnings`, all standard library only) and must not pay for
+SQLAlchemy, which the pipeline and the worker load.
 """

@@ -1,8 +1,11 @@
 """The parser process's side of :class:`core.ingest.parse_pool.ParserPool`.
 
 A child runs :func:`serve` (started by the pool as ``python -c``) and imports only this
-module, :mod:`core.ingest.parsing` and the PDF parser: no asyncio, no SQLAlchemy, so a fresh
-child is ready in about 0.1 s of CPU.
+module, :mod:`core.ingest.parsing` (with its standard-library-only neighbours) and the PDF
+parser: no asyncio, no SQLAlchemy, so a fresh child is ready in about 0.1 s of CPU.
+
+Each parse arrives as a :class:`~core.ingest.parsing.ParseRequest` the pool built, and
+so checked, in the parent; the child does not check it again (see ParseRequest).
 """
 
 from __future__ import annotations
@@ -16,7 +19,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import NoReturn
 
-from core.ingest.parsing import OUT_OF_MEMORY_REASON, ParsedDocument, ParseFailure, run_parse
+from core.ingest.parsing import (
+    OUT_OF_MEMORY_REASON,
+    ParsedDocument,
+    ParseFailure,
+    ParseRequest,
+    run_parse,
+)
 from core.states import ErrorCode
 
 # --- tunables ---------------------------------------------------------------------------
@@ -27,16 +36,6 @@ CHILD_RSS_RECYCLE_BYTES = 256 << 20  # bytes
 PARSER_NICENESS = 5  # added to a parser child's nice value
 
 READY = "ready"  # a fresh child's first message: imports done, serving
-
-
-@dataclass(frozen=True)
-class Request:
-    """One parse, sent ahead of the document's bytes."""
-
-    kind: str
-    parser: str
-    chunk_size: int
-    chunk_overlap: int
 
 
 @dataclass(frozen=True)
@@ -97,18 +96,14 @@ def _child_main(conn: Connection, memory_limit_bytes: int, max_parses: int) -> N
             return
 
 
-def _serve(request: Request, data: bytes) -> Reply:
+def _serve(request: ParseRequest, data: bytes) -> Reply:
     try:
-        outcome, lines, count = run_parse(
-            data,
-            request.kind,
-            parser=request.parser,
-            chunk_size=request.chunk_size,
-            chunk_overlap=request.chunk_overlap,
-        )
+        outcome, lines, count = run_parse(data, request)
     except MemoryError:
         return Reply(_memory_failure(), [], 0, retiring=True)
-    except Exception as exc:  # a caller bug: hand it back to be raised in the parent
+    except Exception as exc:
+        # The pool checked the request, so this is a bug or a broken installation
+        # (ParserUnavailable): hand it back to be raised in the parent.
         return Reply(None, [], 0, error=_picklable(exc))
     # After running out of memory the interpreter may be in a fragile state (half-built
     # caches, a fragmented heap at the cap): the next document gets a fresh process.

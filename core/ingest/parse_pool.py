@@ -7,7 +7,8 @@ its event loop or starve other documents, so :class:`ParserPool` runs
 
 * a wall-clock budget: ``min(max_timeout_s, base_timeout_s + per_page_timeout_s * pages)``
   where ``pages`` is estimated in the parent without parsing (see
-  :func:`estimate_pages`). A child over budget is killed with SIGKILL and replaced.
+  :func:`estimate_pages`; the pipeline passes in the estimate it already made for its
+  progress bar). A child over budget is killed with SIGKILL and replaced.
 * an address-space cap (``RLIMIT_AS``) set inside each child; the parse then fails with
   ``MemoryError`` rather than the machine swapping.
 * crash isolation: a child that dies (segfault, OOM kill) fails only its own parse.
@@ -19,8 +20,9 @@ parses because a start costs a fresh interpreter plus imports. Not multiprocessi
 ``spawn``: that re-runs the parent's ``__main__`` script in every child, and for the
 installed ``ingestdesk`` command that means importing the whole CLI, SQLAlchemy
 included (measured: 0.4 s of CPU per child instead of 0.15 s, and 25 MB more RSS). A
-child imports only :mod:`core.ingest.parsing` and pypdf, and talks to the parent over a
-socket pair with :mod:`multiprocessing.connection`'s framing. A child retires itself
+child imports only :mod:`core.ingest.parsing` (and its standard-library-only neighbours)
+and pypdf, and talks to the parent over a socket pair with
+:mod:`multiprocessing.connection`'s framing. A child retires itself
 after ``max_parses_per_child`` parses, after a memory or recursion failure, or when its
 resident memory stays high after a parse, so one monster file cannot leave a bloated
 process behind for the ordinary ones.
@@ -46,8 +48,16 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import TracebackType
 
-from core.ingest.parse_child import READY, Reply, Request
-from core.ingest.parsing import ParsedDocument, ParseFailure, log_parser_warnings, validate_request
+from core.ingest.parse_child import READY, Reply
+from core.ingest.parsing import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_PARSER,
+    ParsedDocument,
+    ParseFailure,
+    ParseRequest,
+    log_parser_warnings,
+)
 from core.states import DocumentKind, ErrorCode
 
 logger = logging.getLogger(__name__)
@@ -65,8 +75,9 @@ CHILD_STOP_GRACE_S = 2.0  # seconds a child gets to exit before it is killed
 # PDF 1.5+ files may hide page dictionaries inside compressed object streams.
 PDF_BYTES_PER_PAGE_ESTIMATE = 100 * 1024  # bytes
 TEXT_BYTES_PER_PAGE_ESTIMATE = 64 * 1024  # bytes
-# Documents up to this size have their pages estimated on the event loop (< 2 ms).
-INLINE_ESTIMATE_MAX_BYTES = 1 << 20  # bytes
+# Documents up to this size have their pages estimated on the event loop (< 2 ms);
+# larger ones on a thread: the page scan reads every byte, ~0.1 s for 50 MB.
+ESTIMATE_ON_LOOP_MAX_BYTES = 1 << 20  # bytes
 
 # "/Type /Page" but not "/Type /Pages"; whitespace between the tokens is optional.
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![A-Za-z0-9])")
@@ -91,7 +102,8 @@ class _Died:
 
 
 def estimate_pages(data: bytes, kind: DocumentKind | str) -> int:
-    """Cheap page estimate for the time budget, without parsing.
+    """Cheap page estimate, without parsing: the parse's time budget and the first
+    total of the pipeline's progress bar.
 
     PDFs: the larger of the number of ``/Type /Page`` objects visible in the raw bytes
     and one page per ``PDF_BYTES_PER_PAGE_ESTIMATE`` bytes (page objects inside
@@ -112,6 +124,14 @@ def estimate_pages(data: bytes, kind: DocumentKind | str) -> int:
     if kind == DocumentKind.PDF:
         pages = max(pages, sum(1 for _ in _PAGE_OBJECT.finditer(data)))
     return max(1, pages)
+
+
+async def estimate_pages_async(data: bytes, kind: DocumentKind | str) -> int:
+    """:func:`estimate_pages` without holding up the event loop: small documents are
+    scanned on it, larger than ``ESTIMATE_ON_LOOP_MAX_BYTES`` on a thread."""
+    if len(data) > ESTIMATE_ON_LOOP_MAX_BYTES:
+        return await asyncio.to_thread(estimate_pages, data, kind)
+    return estimate_pages(data, kind)
 
 
 class ParserPool:
@@ -188,9 +208,8 @@ class ParserPool:
         child.launch()
         self._idle.append(child)
 
-    def timeout_for(self, data: bytes, kind: DocumentKind | str) -> float:
-        """The wall-clock budget, in seconds, a parse of ``data`` gets."""
-        pages = estimate_pages(data, kind)
+    def timeout_for(self, pages: int) -> float:
+        """The wall-clock budget, in seconds, a parse of ``pages`` estimated pages gets."""
         return min(self.max_timeout_s, self.base_timeout_s + self.per_page_timeout_s * pages)
 
     async def parse(
@@ -198,9 +217,10 @@ class ParserPool:
         data: bytes,
         kind: DocumentKind | str,
         *,
-        parser: str = "pypdf",
-        chunk_size: int = 1000,
-        chunk_overlap: int = 150,
+        parser: str = DEFAULT_PARSER,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+        estimated_pages: int | None = None,
     ) -> ParsedDocument:
         """Parse one document in a child process; see :func:`core.ingest.parsing.parse_document`.
 
@@ -210,6 +230,8 @@ class ParserPool:
             parser: PDF parser, ``"pypdf"`` or ``"pdfium"``.
             chunk_size: Largest chunk, in characters.
             chunk_overlap: Characters shared by consecutive chunks.
+            estimated_pages: The document's :func:`estimate_pages`, when the caller
+                has already made it; else the pool makes it (for the time budget).
 
         Returns:
             The parsed document.
@@ -222,16 +244,14 @@ class ParserPool:
                 checked before any child is involved.
             RuntimeError: The pool is closed, or was closed during this parse.
         """
-        doc_kind = DocumentKind(kind)
-        validate_request(doc_kind, parser, chunk_size, chunk_overlap)
-        request = Request(str(doc_kind), parser, chunk_size, chunk_overlap)
+        # The one check of these options (see ParseRequest): here in the parent, so a
+        # caller's mistake raises before a child is started or spent.
+        request = ParseRequest(DocumentKind(kind), parser, chunk_size, chunk_overlap)
         self._check_open()
         loop = asyncio.get_running_loop()
-        if len(data) > INLINE_ESTIMATE_MAX_BYTES:
-            # The page scan reads every byte: ~0.1 s for 50 MB, too long for the loop.
-            budget = await loop.run_in_executor(None, self.timeout_for, data, doc_kind)
-        else:
-            budget = self.timeout_for(data, doc_kind)
+        if estimated_pages is None:
+            estimated_pages = await estimate_pages_async(data, request.kind)
+        budget = self.timeout_for(estimated_pages)
         async with self._slots:
             self._check_open()
             child = await self._take_child(loop)
@@ -437,7 +457,9 @@ class _Child:
         self.launch()
         self.wait_ready()
 
-    def exchange(self, request: Request, data: bytes, budget_s: float) -> Reply | _Timeout | _Died:
+    def exchange(
+        self, request: ParseRequest, data: bytes, budget_s: float
+    ) -> Reply | _Timeout | _Died:
         """Send one parse and wait at most ``budget_s`` seconds for its reply.
 
         A child that times out, dies or retires is reaped before this returns.
@@ -508,4 +530,4 @@ class _Child:
         self.reap()
 
 
-__all__ = ["ParserPool", "estimate_pages"]
+__all__ = ["ParserPool", "estimate_pages", "estimate_pages_async"]

@@ -13,21 +13,24 @@ from dataclasses import dataclass
 
 from core.errors import NotFound, ObjectReadError, error_detail_of
 from core.ingest.embedder import Embedder, ProviderUnavailable
-from core.ingest.parse_pool import ParserPool, estimate_pages
+from core.ingest.parse_pool import ParserPool, estimate_pages_async
 from core.ingest.parsing import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_PARSER,
     ParsedDocument,
     ParseFailure,
+    ParseRequest,
     log_parser_warnings,
     parser_info,
     run_parse,
 )
 from core.ledger import ChunkRecord, Claim, Ledger
-from core.states import ErrorCode, Stage
+from core.states import DocumentKind, ErrorCode, Stage
 from core.store import ObjectStore
 
 EMBED_BATCH = 64  # chunks per embedder call
 PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes
-ESTIMATE_INLINE_MAX_BYTES = 1 << 20  # bytes; larger files are page-counted on a thread
 # Originals up to this size are read (and hash-checked) on the event loop: ~30 us from
 # the local object store, less than the hop to a thread and back, which under GIL
 # contention from the embedder or ledger threads can wait milliseconds.
@@ -45,11 +48,17 @@ TEXT_ON_LOOP_MAX_BYTES = 32 * 1024  # bytes; parsed on the event loop (< 0.15 ms
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """How documents are processed; recorded on each task."""
+    """How documents are processed; recorded on each task.
 
-    parser: str = "pypdf"
-    chunk_size: int = 1000
-    chunk_overlap: int = 150
+    The defaults are :mod:`core.ingest.parsing`'s, the one place they are written down
+    (the parser processes import that module, and must not import this one). The
+    values are checked where a parse is requested (see
+    :class:`~core.ingest.parsing.ParseRequest`).
+    """
+
+    parser: str = DEFAULT_PARSER
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP
 
 
 @dataclass(frozen=True)
@@ -152,11 +161,9 @@ class Pipeline:
 
         # parse: the page count is only known once parsed, so the bar starts from
         # a cheap estimate. Counting page objects scans the bytes: big files are
-        # counted off the event loop.
-        if len(data) > ESTIMATE_INLINE_MAX_BYTES:
-            estimate = await asyncio.to_thread(estimate_pages, data, document.kind)
-        else:
-            estimate = estimate_pages(data, document.kind)
+        # counted off the event loop. The parser pool's time budget uses the same
+        # estimate, so it is made once and handed on.
+        estimate = await estimate_pages_async(data, document.kind)
         info = parser_info(opts.parser) if document.kind == "pdf" else {"parser": "text"}
         options = info | {
             "chunk_size": str(opts.chunk_size),
@@ -173,6 +180,7 @@ class Pipeline:
                 parser=opts.parser,
                 chunk_size=opts.chunk_size,
                 chunk_overlap=opts.chunk_overlap,
+                estimated_pages=estimate,
             )
         del data
         chunks = parsed.chunks
@@ -207,13 +215,14 @@ class Pipeline:
         say(f"succeeded task={claim.task_id[:8]} chunks={total}")
         return Outcome(claim.task_id, "succeeded")
 
-    async def _parse_text(self, data: bytes, kind: str) -> ParsedDocument:
+    async def _parse_text(self, data: bytes, kind: DocumentKind) -> ParsedDocument:
         """Parse a small text or Markdown document in this process (see
         TEXT_IN_PROCESS_MAX_BYTES); same outcomes and warning log as the pool."""
         opts = self.options
-        parse = functools.partial(
-            run_parse, data, kind, chunk_size=opts.chunk_size, chunk_overlap=opts.chunk_overlap
-        )
+        # Text ignores the PDF parser, so that setting is neither passed nor checked
+        # here; building the request checks the chunk sizes.
+        request = ParseRequest(kind, chunk_size=opts.chunk_size, chunk_overlap=opts.chunk_overlap)
+        parse = functools.partial(run_parse, data, request)
         if len(data) <= TEXT_ON_LOOP_MAX_BYTES:
             outcome, lines, count = parse()
         else:

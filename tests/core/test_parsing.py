@@ -21,17 +21,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.ingest.chunker import Chunk, chunk_text
 from core.ingest.parse_pool import ParserPool, estimate_pages
+from core.ingest.parser_warnings import MAX_LOGGED_WARNINGS
 from core.ingest.parsing import (
-    MAX_LOGGED_WARNINGS,
-    Chunk,
+    DEFAULT_CHUNK_SIZE,
     ParsedDocument,
     ParseFailure,
-    chunk_text,
     parse_document,
     parser_info,
-    sniff_kind,
 )
+from core.ingest.sniffing import sniff_kind
 from core.states import DocumentKind, ErrorCode
 from tests import hostile
 
@@ -263,10 +263,10 @@ def test_two_megabyte_single_line_is_split_at_chunk_size() -> None:
     data = hostile.long_line_text()
     started = time.perf_counter()
 
-    doc = parse_document(data, "text", chunk_size=1000, chunk_overlap=150)
+    doc = parse_document(data, "text")  # the default sizes, as workers run them
 
     assert time.perf_counter() - started < 2.0
-    assert all(len(c.text) <= 1000 for c in doc.chunks)
+    assert all(len(c.text) <= DEFAULT_CHUNK_SIZE for c in doc.chunks)
     assert sum(len(c.text) for c in doc.chunks) == len(data)  # hard cuts do not overlap
     assert doc.chunks[-1].char_end == len(data)
 
@@ -456,8 +456,8 @@ def test_budget_grows_with_pages_and_is_capped() -> None:
     three_pages = hostile.make_pdf(["a", "b", "c"])
 
     assert estimate_pages(three_pages, "pdf") == 3
-    assert pool.timeout_for(three_pages, "pdf") == 11.5
-    assert pool.timeout_for(_blank_pages(), "pdf") == 60.0
+    assert pool.timeout_for(estimate_pages(three_pages, "pdf")) == 11.5
+    assert pool.timeout_for(estimate_pages(_blank_pages(), "pdf")) == 60.0
     assert estimate_pages(b"short", "text") == 1
     assert estimate_pages(b"x" * (640 * 1024), "markdown") == 10
 

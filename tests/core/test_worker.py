@@ -24,6 +24,7 @@ from core import (
 )
 from core.ingest.embedder import HashingEmbedder, ProviderUnavailable
 from core.ingest.parse_pool import ParserPool
+from core.ingest.parsing import DEFAULT_PARSER
 from core.ingest.worker import Worker, WorkerEvent
 from tests import hostile
 from tests.conftest import FakeClock
@@ -122,7 +123,7 @@ async def test_success_is_review_pending_and_not_searchable_until_published(
     events = await drain(ledger, pool)
     task = await ledger.reads.get_task(task_id)
     assert task.status is TaskStatus.SUCCEEDED
-    assert task.options["parser"] == "pypdf"
+    assert task.options["parser"] == DEFAULT_PARSER
     doc = await ledger.reads.get_document(task.document_id)
     assert doc.status is DocumentStatus.REVIEW_PENDING
     chunks = await ledger.reads.chunks(doc.document_id)

@@ -16,7 +16,8 @@ from core.demo import (
     build_demo_async,
     generate_corpus,
 )
-from core.ingest.parsing import ParseFailure, parse_document, sniff_kind
+from core.ingest.parsing import ParseFailure, parse_document
+from core.ingest.sniffing import sniff_kind
 
 
 def test_corpus_is_deterministic_and_parses_as_promised() -> None:
