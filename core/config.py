@@ -3,6 +3,7 @@ environment at the entry point and passed down; nothing here is read at import t
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,7 +13,9 @@ from core.errors import BadInput
 DEFAULT_HOME = ".ingestdesk"
 DEFAULT_DB_FILE = "ledger.db"
 DEFAULT_STORE_DIR = "objects"
-DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024  # 100 MB
+BYTES_PER_MB = 1024 * 1024
+DEFAULT_MAX_UPLOAD_BYTES = 100 * BYTES_PER_MB  # 100 MB
+MAX_UPLOAD_MB_LIMIT = 1_000_000  # MB: a cap above 1 TB is a typo, not a policy
 DEFAULT_LEASE_S = 30.0  # seconds a claim stays valid without a heartbeat
 DEFAULT_MAX_ATTEMPTS = 3  # automatic attempts for transient failures
 DEFAULT_BACKOFF_BASE_S = 2.0  # seconds; doubled per attempt, with jitter
@@ -40,6 +43,18 @@ class Settings:
     def with_(self, **changes: object) -> Settings:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def upload_cap_bytes(megabytes: str | float, source: str) -> int:
+    """The upload size cap in bytes from a number of megabytes, refusing what is not
+    a usable cap: not a number, nan, infinite, zero or less, or over 1 TB."""
+    try:
+        value = float(megabytes)
+    except ValueError as exc:
+        raise BadInput(f"{source} must be a number of megabytes, e.g. 100") from exc
+    if not (math.isfinite(value) and 0 < value <= MAX_UPLOAD_MB_LIMIT):
+        raise BadInput(f"{source} must be more than 0 and at most {MAX_UPLOAD_MB_LIMIT} (MB)")
+    return max(1, int(value * BYTES_PER_MB))
 
 
 def sqlite_url(path: Path) -> str:
@@ -70,12 +85,9 @@ def settings_from(
         db_url = sqlite_url(Path(db))
     store_root = Path(store) if store is not None else base / DEFAULT_STORE_DIR
     if env.get("INGESTDESK_MAX_UPLOAD_MB") and "max_upload_bytes" not in overrides:
-        try:
-            overrides["max_upload_bytes"] = int(
-                float(env["INGESTDESK_MAX_UPLOAD_MB"]) * 1024 * 1024
-            )
-        except ValueError as exc:
-            raise BadInput("INGESTDESK_MAX_UPLOAD_MB must be a number of megabytes") from exc
+        overrides["max_upload_bytes"] = upload_cap_bytes(
+            env["INGESTDESK_MAX_UPLOAD_MB"], "INGESTDESK_MAX_UPLOAD_MB"
+        )
     if "INGESTDESK_SYNCHRONOUS" in env and "sqlite_synchronous" not in overrides:
         overrides["sqlite_synchronous"] = env["INGESTDESK_SYNCHRONOUS"].upper()
     return Settings(db_url=db_url, store_root=store_root).with_(**overrides)

@@ -45,6 +45,12 @@ class SchemaTooNew(LedgerUnavailable):
     """This ledger was written by a newer ingestdesk; upgrade ingestdesk to open it."""
 
 
+class StoreUnavailable(IngestDeskError):
+    """The object store cannot be written (not a folder, full, or not writable)."""
+
+    exit_code = 1
+
+
 class ObjectReadError(IngestDeskError):
     """The stored original is missing or does not match its checksum."""
 

@@ -23,6 +23,7 @@ from core.states import ErrorCode, Stage, TaskStatus
 if TYPE_CHECKING:
     from core.ledger.views import TaskView
 
+ATTEMPT_MAX = 1_000_000  # the largest attempt number a filter may name
 FIELDS = ("status", "code", "stage", "attempt", "worker", "name", "id", "document")
 ALIASES = {"error": "code", "error_code": "code", "doc": "document", "task": "id"}
 COMPARISONS: dict[str, Callable[[int, int], bool]] = {
@@ -76,16 +77,31 @@ class Term:
 
 @dataclass(frozen=True)
 class TaskFilter:
-    """A parsed filter: all terms must match."""
+    """A parsed filter: all terms must match.
+
+    A filter with no terms matches every task, which is what a list wants and never
+    what an action that changes state may assume: :attr:`everything` is the explicit
+    word for "every task" (``cancel --all``), and bulk actions refuse an empty filter
+    without it.
+    """
 
     terms: tuple[Term, ...] = ()
     text: str = ""
+    everything: bool = False
 
     def matches(self, task: TaskView) -> bool:
         return all(t.matches(task) for t in self.terms)
 
     def __bool__(self) -> bool:
         return bool(self.terms)
+
+    @property
+    def names_tasks(self) -> bool:
+        """Whether an action may use this filter: it has terms, or says "every task"."""
+        return bool(self.terms) or self.everything
+
+
+EVERY_TASK = TaskFilter(text="every task", everything=True)
 
 
 def parse_filter(text: str) -> TaskFilter:
@@ -124,7 +140,10 @@ def _term(word: str) -> Term:
     if field == "attempt":
         op = next((o for o in COMPARISONS if value.startswith(o)), "=")
         number = value[len(op) :] if value.startswith(op) else value
-        if not number.isdigit():
+        if not (number.isascii() and number.isdigit()):
             raise BadInput(f"filter: attempt needs a number, e.g. attempt:>1 (got {value!r})")
+        if int(number) > ATTEMPT_MAX:
+            # Beyond what any task reaches, and beyond what SQLite's integers hold.
+            raise BadInput(f"filter: attempt must be at most {ATTEMPT_MAX} (got {number})")
         return Term(field, number, negate, op)
     return Term(field, value.lower() if choices else value, negate)

@@ -11,20 +11,23 @@ from pathlib import Path
 
 from core.errors import BadInput
 from core.ingest.sniffing import sniff_kind
+from core.safe_text import neutralise
 from core.states import DocumentKind
 
 NAME_MAX = 255  # characters of a display name
 
-_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f]|\.\.|[/\\]")
+_UNSAFE_NAME = re.compile(r"\.\.|[/\\]")
 
 
 def display_name(name: str) -> str:
     """Neutralise a user-supplied filename into display text.
 
-    Path separators and ``..`` become ``_`` and control characters go, so the
-    name can be shown anywhere and can never be mistaken for a path.
+    Path separators, ``..``, control characters and invisible format characters
+    (bidi overrides that reorder what is shown, zero-width joiners) become ``_``, so
+    the name can be shown anywhere, reads as what it is, and can never be mistaken
+    for a path.
     """
-    cleaned = _UNSAFE_NAME.sub("_", name).strip().lstrip(".")
+    cleaned = _UNSAFE_NAME.sub("_", neutralise(name, "_")).strip().lstrip(".")
     return cleaned[:NAME_MAX] or "unnamed"
 
 

@@ -9,7 +9,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from core.errors import ObjectReadError
+from core.errors import ObjectReadError, StoreUnavailable
 
 _KEY = re.compile(r"^sha256/[0-9a-f]{2}/[0-9a-f]{64}$")
 
@@ -43,8 +43,33 @@ class ObjectStore:
         digest = sha256_hex(data)
         key = self.key_for(digest)
         path = self._path(key)
-        if path.exists() and path.stat().st_size == len(data):
+        if self._holds(path, digest, len(data)):
             return key, digest
+        try:
+            self._write(path, data)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"cannot store the original in {self.root}: {exc.strerror or type(exc).__name__}"
+            ) from exc
+        return key, digest
+
+    @staticmethod
+    def _holds(path: Path, digest: str, size: int) -> bool:
+        """Whether ``path`` already holds exactly these bytes.
+
+        A same-size object is read and checked, not trusted: a stored original that
+        rotted on disk is replaced by the next upload of the same content, which is
+        what the advice for object_read_error ("upload it again") relies on.
+        """
+        try:
+            if path.stat().st_size != size:
+                return False
+            return sha256_hex(path.read_bytes()) == digest
+        except OSError:
+            return False
+
+    @staticmethod
+    def _write(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
         try:
@@ -54,6 +79,7 @@ class ObjectStore:
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
         except BaseException:
+            # A full disk or an interrupt leaves no partial object behind.
             Path(tmp).unlink(missing_ok=True)
             raise
         dir_fd = os.open(path.parent, os.O_RDONLY)
@@ -61,7 +87,6 @@ class ObjectStore:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-        return key, digest
 
     def get(self, key: str, expected_sha256: str) -> bytes:
         """Read an object and check it is what the ledger says it is."""

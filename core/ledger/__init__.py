@@ -80,9 +80,14 @@ class Ledger:
         *,
         clock: Callable[[], float] = time.time,
         ids: Callable[[], str] = new_id,
+        create: bool = True,
     ) -> Ledger:
-        """Open (creating or upgrading) the ledger the settings point at."""
-        transactions = open_transactions(settings)
+        """Open (creating or upgrading) the ledger the settings point at.
+
+        ``create=False`` refuses a SQLite ledger that does not exist yet instead of
+        creating it (for commands that only read).
+        """
+        transactions = open_transactions(settings, create=create)
         try:
             await transactions.prepare()
         except BaseException:

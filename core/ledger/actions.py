@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from sqlalchemy import Row, delete, insert, select, text, update
 from sqlalchemy.engine import Connection
 
 from core.config import Settings
-from core.errors import Conflict, NotFound
+from core.errors import BadInput, Conflict, NotFound
 from core.filters import TaskFilter
 from core.intake import check_upload, display_name, read_upload
 from core.ledger import rows
@@ -28,8 +28,11 @@ from core.ledger.schema import CANCELLABLE_SQL, DOCUMENTS, OUTBOX, TASKS
 from core.ledger.statements import DELETE_CHUNKS, TASK_COLUMNS, next_revision
 from core.ledger.transactions import Transactions
 from core.ledger.views import BulkResult, DocumentView, TaskView
-from core.states import CANCELLABLE, DocumentStatus, Stage, TaskStatus
+from core.safe_text import check_identifier, neutralise
+from core.states import CANCELLABLE, DocumentKind, DocumentStatus, Stage, TaskStatus
 from core.store import ObjectStore
+
+REASON_MAX = 500  # characters of a reason kept in the history
 
 
 def _one_of(names: list[str]) -> str:
@@ -67,28 +70,8 @@ class Operator:
         The object is written (and fsynced) before the row commits: an orphaned
         object is harmless, a row without its object is not.
         """
-        kind = check_upload(data, name, self.settings.max_upload_bytes)
-        # fsync can take tens of milliseconds: keep it off the event loop.
-        key, digest = await asyncio.to_thread(self.store.put, data)
-        now = self.clock()
-        doc = {
-            "id": self._ids(),
-            "filename": display_name(name),
-            "sha256": digest,
-            "object_key": key,
-            "size": len(data),
-            "kind": kind.value,
-            "status": DocumentStatus.DRAFT.value,
-            "version": 1,
-            "created_at": now,
-            "updated_at": now,
-        }
-
-        def tx(conn: Connection) -> DocumentView:
-            conn.execute(insert(DOCUMENTS), doc)
-            return DocumentView.from_row(doc)
-
-        return await self._tx.write(tx)
+        [(document, _)] = await self.add_many([(data, name)], submit=False)
+        return document
 
     async def upload_path(
         self, path: str | os.PathLike[str], name: str | None = None
@@ -97,6 +80,67 @@ class Operator:
         data = await asyncio.to_thread(read_upload, Path(path), self.settings.max_upload_bytes)
         return await self.upload(data, name or Path(path).name)
 
+    async def add_many(
+        self,
+        files: Sequence[tuple[bytes, str]],
+        *,
+        submit: bool,
+        actor: str = "system",
+    ) -> list[tuple[DocumentView, TaskView | None]]:
+        """Upload a batch as draft documents (and, with ``submit``, queue a task for
+        each), all or nothing.
+
+        Every file is judged before anything is written; one bad file refuses the
+        batch with one line naming each problem. The originals are stored first,
+        then every row commits in ONE transaction: a batch interrupted at any point
+        (Ctrl-C, a crash, a full disk) leaves no document behind, only unreferenced
+        objects, which are harmless and shared by the next upload of the same bytes.
+        """
+        check_identifier(actor, "actor")
+        kinds: list[DocumentKind] = []
+        problems: list[str] = []
+        for data, name in files:
+            try:
+                kinds.append(check_upload(data, name, self.settings.max_upload_bytes))
+            except BadInput as exc:
+                problems.append(exc.message)
+        if problems:
+            raise BadInput("; ".join(problems))
+        # fsync can take tens of milliseconds: keep it off the event loop.
+        stored = [await asyncio.to_thread(self.store.put, data) for data, _ in files]
+        now = self.clock()
+        documents = [
+            {
+                "id": self._ids(),
+                "filename": display_name(name),
+                "sha256": digest,
+                "object_key": key,
+                "size": len(data),
+                "kind": kind.value,
+                "status": DocumentStatus.DRAFT.value,
+                "version": 1,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for (data, name), kind, (key, digest) in zip(files, kinds, stored, strict=True)
+        ]
+        task_ids = [self._ids() for _ in documents] if submit else []
+
+        def tx(conn: Connection) -> list[tuple[DocumentView, TaskView | None]]:
+            if documents:
+                conn.execute(insert(DOCUMENTS), documents)
+            out: list[tuple[DocumentView, TaskView | None]] = []
+            for i, doc in enumerate(documents):
+                task = (
+                    self._submit_in(conn, str(doc["id"]), task_ids[i], now, actor, None)
+                    if submit
+                    else None
+                )
+                out.append((DocumentView.from_row(doc), task))
+            return out
+
+        return await self._tx.write(tx)
+
     # --------------------------------------------------------- document moves
 
     async def submit(
@@ -104,71 +148,82 @@ class Operator:
     ) -> TaskView:
         """Create a queued task for a draft document and move it to processing, in
         one transaction. Anything but a draft is a conflict."""
+        check_identifier(actor, "actor")
         now = self.clock()
         task_id = self._ids()
 
         def tx(conn: Connection) -> TaskView:
             doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
-            cond = (DOCUMENTS.c.id == doc_id) & (DOCUMENTS.c.status == DocumentStatus.DRAFT.value)
-            if expected_version is not None:
-                cond &= DOCUMENTS.c.version == expected_version
-            doc = conn.execute(
-                update(DOCUMENTS)
-                .where(cond)
-                .values(
-                    status=DocumentStatus.PROCESSING.value,
-                    version=DOCUMENTS.c.version + 1,
-                    updated_at=now,
-                )
-                .returning(DOCUMENTS.c.id, DOCUMENTS.c.filename)
-            ).first()
-            if doc is None:
-                current = rows.document_row(conn, doc_id)
-                if expected_version is not None and current.version != expected_version:
-                    raise Conflict(
-                        f"document {doc_id[:8]} changed (version {current.version}, "
-                        f"expected {expected_version}); reload and try again"
-                    )
-                raise Conflict(
-                    f"document {doc_id[:8]} is {current.status}; only draft documents "
-                    "can be submitted"
-                )
-            task = {
-                "id": task_id,
-                "document_id": doc_id,
-                "status": TaskStatus.QUEUED.value,
-                "previous_status": None,
-                "stage": Stage.DOWNLOAD.value,
-                "completed": 0,
-                "total": 1,
-                "attempt": 0,
-                "max_attempts": self.settings.max_attempts,
-                "error_code": None,
-                "error_detail": None,
-                "worker_id": None,
-                "lease_expires_at": None,
-                "next_attempt_at": now,
-                "progress_at": None,
-                "options": "{}",
-                "created_at": now,
-                "updated_at": now,
-            }
-            row = conn.execute(
-                insert(TASKS).values(revision=next_revision()).returning(*TASK_COLUMNS), task
-            ).one()
-            rows.record_events(conn, [task], actor=actor, at=now)
-            conn.execute(
-                insert(OUTBOX),
-                {
-                    "topic": "task.submitted",
-                    "payload": json.dumps({"task_id": task_id, "document_id": doc_id}),
-                    "created_at": now,
-                    "delivered_at": None,
-                },
-            )
-            return TaskView.from_row(row, document_name=doc.filename)
+            return self._submit_in(conn, doc_id, task_id, now, actor, expected_version)
 
         return await self._tx.write(tx)
+
+    def _submit_in(
+        self,
+        conn: Connection,
+        doc_id: str,
+        task_id: str,
+        now: float,
+        actor: str,
+        expected_version: int | None,
+    ) -> TaskView:
+        cond = (DOCUMENTS.c.id == doc_id) & (DOCUMENTS.c.status == DocumentStatus.DRAFT.value)
+        if expected_version is not None:
+            cond &= DOCUMENTS.c.version == expected_version
+        doc = conn.execute(
+            update(DOCUMENTS)
+            .where(cond)
+            .values(
+                status=DocumentStatus.PROCESSING.value,
+                version=DOCUMENTS.c.version + 1,
+                updated_at=now,
+            )
+            .returning(DOCUMENTS.c.id, DOCUMENTS.c.filename)
+        ).first()
+        if doc is None:
+            current = rows.document_row(conn, doc_id)
+            if expected_version is not None and current.version != expected_version:
+                raise Conflict(
+                    f"document {doc_id[:8]} changed (version {current.version}, "
+                    f"expected {expected_version}); reload and try again"
+                )
+            raise Conflict(
+                f"document {doc_id[:8]} is {current.status}; only draft documents can be submitted"
+            )
+        task = {
+            "id": task_id,
+            "document_id": doc_id,
+            "status": TaskStatus.QUEUED.value,
+            "previous_status": None,
+            "stage": Stage.DOWNLOAD.value,
+            "completed": 0,
+            "total": 1,
+            "attempt": 0,
+            "max_attempts": self.settings.max_attempts,
+            "error_code": None,
+            "error_detail": None,
+            "worker_id": None,
+            "lease_expires_at": None,
+            "next_attempt_at": now,
+            "progress_at": None,
+            "options": "{}",
+            "created_at": now,
+            "updated_at": now,
+        }
+        row = conn.execute(
+            insert(TASKS).values(revision=next_revision()).returning(*TASK_COLUMNS), task
+        ).one()
+        rows.record_events(conn, [task], actor=actor, at=now)
+        conn.execute(
+            insert(OUTBOX),
+            {
+                "topic": "task.submitted",
+                "payload": json.dumps({"task_id": task_id, "document_id": doc_id}),
+                "created_at": now,
+                "delivered_at": None,
+            },
+        )
+        return TaskView.from_row(row, document_name=doc.filename)
 
     async def publish(self, document_id: str, *, actor: str = "system") -> DocumentView:
         """A human approved the chunks: review_pending → published (searchable)."""
@@ -215,6 +270,8 @@ class Operator:
     ) -> TaskView:
         """Cancel a queued, running or retry_wait task; its document returns to draft
         and loses any chunks a running attempt already wrote."""
+        check_identifier(actor, "actor")
+        reason = _reason(reason)
         now = self.clock()
 
         def tx(conn: Connection) -> TaskView:
@@ -253,6 +310,8 @@ class Operator:
     ) -> TaskView:
         """Requeue a failed task (same row) when its document is failed too. The
         attempt counter is left alone; the next claim increments it."""
+        check_identifier(actor, "actor")
+        reason = _reason(reason)
         now = self.clock()
         doc_failed = (
             select(DOCUMENTS.c.id)
@@ -351,6 +410,11 @@ class Operator:
         act: Callable[[str], Awaitable[TaskView]],
         dry_run: bool,
     ) -> BulkResult:
+        if not filter.names_tasks:
+            raise BadInput(
+                "an empty filter would match every task; give a filter, or say "
+                "explicitly that the action is for every task (--all)"
+            )
         tasks = await self.reads.list_tasks(filter=filter, limit=None)
         chosen = [t.task_id for t in tasks if eligible(t)]
         ineligible: dict[str, int] = {}
@@ -370,6 +434,14 @@ class Operator:
             except (Conflict, NotFound):
                 refused += 1
         return replace(result, done=done, refused=refused)
+
+
+def _reason(reason: str | None) -> str | None:
+    """A reason as the history keeps it: one line of visible text, at most
+    REASON_MAX characters (a newline in a reason could forge a history line)."""
+    if reason is None:
+        return None
+    return neutralise(reason).strip()[:REASON_MAX] or None
 
 
 def _why_not_retry(conn: Connection, task: Row[object]) -> str:

@@ -38,6 +38,7 @@ from core.ledger.statements import (
 )
 from core.ledger.transactions import Transactions
 from core.ledger.views import ChunkRecord, Claim, DocumentView, Reaped, TaskView
+from core.safe_text import check_identifier
 from core.states import ERRORS, DocumentStatus, ErrorCode, Stage, TaskStatus
 
 REAPER_ACTOR = "reaper"
@@ -83,6 +84,7 @@ class WorkQueue:
         ``with_document`` reads the task's document in the same transaction, saving
         a worker a round trip before it can start.
         """
+        check_identifier(worker_id, "worker id")
         now = self.clock()
         lease = self._lease(lease_s)
         params = {
@@ -116,6 +118,7 @@ class WorkQueue:
         one statement. A worker with k free slots should ask for k at once."""
         if limit < 1:
             raise BadInput("limit must be at least 1")
+        check_identifier(worker_id, "worker id")
         now = self.clock()
         lease = self._lease(lease_s)
         params = {

@@ -67,19 +67,40 @@ class Transactions(Protocol):
     async def close(self) -> None: ...
 
 
-def open_transactions(settings: Settings) -> Transactions:
-    """The runner for the ledger URL in ``settings`` (no connection opened yet)."""
+def open_transactions(settings: Settings, *, create: bool = True) -> Transactions:
+    """The runner for the ledger URL in ``settings`` (no connection opened yet).
+
+    With ``create=False`` a SQLite ledger that does not exist is refused instead of
+    created: a command that only reads (or a mistyped ``--db``) must leave no empty
+    ledger, and no folders, behind.
+    """
     url = _ledger_url(settings.db_url)
     if url.get_backend_name() == "sqlite":
-        return SqliteTransactions(url, settings)
+        return SqliteTransactions(url, settings, create=create)
     return PostgresTransactions(url)
+
+
+def shown(url: URL | str) -> str:
+    """A ledger URL as messages and the dashboard show it: never with its password."""
+    if isinstance(url, str):
+        try:
+            url = make_url(url)
+        except ArgumentError:
+            return "(malformed URL)"
+    if url.get_backend_name() == "sqlite":
+        return str(url.database)
+    return url.render_as_string(hide_password=True)
 
 
 def _ledger_url(db_url: str) -> URL:
     try:
         url = make_url(db_url)
     except ArgumentError as exc:
-        raise BadInput(f"malformed ledger URL: {db_url!r}") from exc
+        # The text may hold a password: say what is wrong, not what was typed.
+        raise BadInput(
+            "malformed ledger URL: expected a file path, sqlite:///PATH or "
+            "postgresql://USER@HOST/DB"
+        ) from exc
     backend = url.get_backend_name()
     if backend == "sqlite":
         if url.database in (None, "", ":memory:"):
@@ -96,6 +117,13 @@ def _ledger_url(db_url: str) -> URL:
     raise BadInput(f"unsupported ledger backend {backend!r}: use sqlite or postgresql")
 
 
+def _unavailable(url: URL, exc: BaseException, doing: str = "ledger") -> LedgerUnavailable:
+    """The database refused: one line saying which ledger and why, never the SQL
+    statement or its parameters (SQLAlchemy's own message carries both)."""
+    reason = getattr(exc, "orig", None) or exc
+    return LedgerUnavailable(f"{doing} {shown(url)}: {type(reason).__name__}: {reason}")
+
+
 async def _migrate(transactions: Transactions, url: URL) -> None:
     """Bring the schema up to date in one write transaction, or say why the ledger
     cannot be opened (a newer schema is refused as such)."""
@@ -103,11 +131,10 @@ async def _migrate(transactions: Transactions, url: URL) -> None:
         await transactions.write(migrate)
     except SchemaTooNew:
         raise
-    except (OperationalError, DBAPIError, OSError) as exc:
-        raise LedgerUnavailable(
-            f"cannot open ledger {url.render_as_string(hide_password=True)}: "
-            f"{type(exc).__name__}: {getattr(exc, 'orig', exc)}"
-        ) from exc
+    except LedgerUnavailable as exc:
+        raise _unavailable(url, exc.__cause__ or exc, "cannot open ledger") from exc
+    except (DBAPIError, OSError) as exc:
+        raise _unavailable(url, exc, "cannot open ledger") from exc
 
 
 class SqliteTransactions:
@@ -115,12 +142,23 @@ class SqliteTransactions:
 
     backend = "sqlite"
 
-    def __init__(self, url: URL, settings: Settings) -> None:
+    def __init__(self, url: URL, settings: Settings, *, create: bool = True) -> None:
         synchronous = settings.sqlite_synchronous.upper()
         if synchronous not in ("NORMAL", "FULL"):
             raise BadInput("sqlite synchronous must be NORMAL or FULL")
         self.url = url
-        Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(str(url.database))
+        if not create and not path.is_file():
+            raise LedgerUnavailable(
+                f"no ledger at {path} — run `ingestdesk add` or `ingestdesk demo` to create one"
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LedgerUnavailable(
+                f"cannot open ledger {path}: cannot create its folder "
+                f"({exc.strerror or type(exc).__name__})"
+            ) from exc
         try:
             self.engine: Engine = create_engine(
                 url, pool_size=SQLITE_POOL_SIZE, max_overflow=SQLITE_POOL_SIZE
@@ -132,8 +170,11 @@ class SqliteTransactions:
         self._threads = ThreadPoolExecutor(SQLITE_THREADS, thread_name_prefix="ledger")
 
     def _run(self, tx: Callable[[Connection], T], write: bool) -> T:
-        with (self._writer if write else self.engine).begin() as conn:
-            return tx(conn)
+        try:
+            with (self._writer if write else self.engine).begin() as conn:
+                return tx(conn)
+        except OperationalError as exc:
+            raise _unavailable(self.url, exc) from exc
 
     async def read(self, tx: Callable[[Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -182,19 +223,32 @@ class PostgresTransactions:
         self.url = url
         try:
             self.engine: AsyncEngine = create_async_engine(url, pool_pre_ping=True)
-        except (ArgumentError, ImportError, InvalidRequestError) as exc:
+        except ImportError as exc:
+            raise BadInput(
+                f"the PostgreSQL driver is not installed: pip install 'ingestdesk[postgres]' "
+                f"({type(exc).__name__}: {exc.name or exc})"
+            ) from exc
+        except (ArgumentError, InvalidRequestError) as exc:
             raise BadInput(
                 f"cannot use ledger URL {url.render_as_string(hide_password=True)}: {exc}"
             ) from exc
 
     async def read(self, tx: Callable[[Connection], T]) -> T:
-        async with self.engine.begin() as conn:
-            return await conn.run_sync(tx)
+        try:
+            async with self.engine.begin() as conn:
+                return await conn.run_sync(tx)
+        except (OperationalError, OSError) as exc:
+            raise _unavailable(self.url, exc) from exc
 
     async def write(self, tx: Callable[[Connection], T]) -> T:
-        async with self.engine.begin() as conn:
-            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_WRITE_LOCK_KEY})
-            return await conn.run_sync(tx)
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_WRITE_LOCK_KEY}
+                )
+                return await conn.run_sync(tx)
+        except (OperationalError, OSError) as exc:
+            raise _unavailable(self.url, exc) from exc
 
     async def prepare(self) -> None:
         await _migrate(self, self.url)

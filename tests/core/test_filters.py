@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core import BadInput, ErrorCode, Ledger, TaskStatus, parse_filter
+from core.filters import EVERY_TASK
 from tests.conftest import FakeClock
 
 
@@ -99,7 +100,7 @@ async def test_bulk_retry_dry_run_then_execute(ledger: Ledger, clock: FakeClock)
 
 async def test_bulk_cancel_explains_what_it_skips(ledger: Ledger, clock: FakeClock) -> None:
     await seed(ledger, clock)
-    result = await ledger.operator.bulk_cancel(parse_filter(""), actor="op")
+    result = await ledger.operator.bulk_cancel(EVERY_TASK, actor="op")
     assert result.matched == 6
     assert result.done == 3  # report-q2, notes (queued) and wip (running)
     assert result.ineligible == {
