@@ -21,9 +21,10 @@ if TYPE_CHECKING:
         NotFound,
         ObjectReadError,
         SchemaTooNew,
+        StoreUnavailable,
         error_detail_of,
     )
-    from core.filters import TaskFilter, parse_filter
+    from core.filters import EVERY_TASK, TaskFilter, parse_filter
     from core.ingest.embedder import Embedder, HashingEmbedder, ProviderUnavailable
     from core.ingest.parse_pool import ParserPool
     from core.ingest.pipeline import PipelineOptions
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
         WorkerView,
         WorkQueue,
     )
+    from core.ledger.transactions import shown_url
+    from core.safe_text import check_identifier, neutralise, visible
     from core.states import (
         ERRORS,
         PAIRED_DOCUMENT_STATUS,
@@ -105,6 +108,12 @@ _LAZY: dict[str, str] = {
     "WorkQueue": "core.ledger",
     "WorkerRegistry": "core.ledger",
     "parse_filter": "core.filters",
+    "shown_url": "core.ledger.transactions",
+    "check_identifier": "core.safe_text",
+    "neutralise": "core.safe_text",
+    "visible": "core.safe_text",
+    "EVERY_TASK": "core.filters",
+    "StoreUnavailable": "core.errors",
     "settings_from": "core.config",
     "sqlite_url": "core.config",
 }
@@ -121,6 +130,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ERRORS",
+    "EVERY_TASK",
     "PAIRED_DOCUMENT_STATUS",
     "TASK_MEANING",
     "BadInput",
@@ -153,6 +163,7 @@ __all__ = [
     "SearchHit",
     "Settings",
     "Stage",
+    "StoreUnavailable",
     "TaskEventView",
     "TaskFilter",
     "TaskStatus",
@@ -162,9 +173,13 @@ __all__ = [
     "WorkerEvent",
     "WorkerRegistry",
     "WorkerView",
+    "check_identifier",
     "display_name",
     "error_detail_of",
+    "neutralise",
     "parse_filter",
     "settings_from",
+    "shown_url",
     "sqlite_url",
+    "visible",
 ]

@@ -80,7 +80,7 @@ def open_transactions(settings: Settings, *, create: bool = True) -> Transaction
     return PostgresTransactions(url)
 
 
-def shown(url: URL | str) -> str:
+def shown_url(url: URL | str) -> str:
     """A ledger URL as messages and the dashboard show it: never with its password."""
     if isinstance(url, str):
         try:
@@ -121,7 +121,7 @@ def _unavailable(url: URL, exc: BaseException, doing: str = "ledger") -> LedgerU
     """The database refused: one line saying which ledger and why, never the SQL
     statement or its parameters (SQLAlchemy's own message carries both)."""
     reason = getattr(exc, "orig", None) or exc
-    return LedgerUnavailable(f"{doing} {shown(url)}: {type(reason).__name__}: {reason}")
+    return LedgerUnavailable(f"{doing} {shown_url(url)}: {type(reason).__name__}: {reason}")
 
 
 async def _migrate(transactions: Transactions, url: URL) -> None:
