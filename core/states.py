@@ -61,6 +61,19 @@ class ErrorCode(StrEnum):
     INTERNAL_ERROR = "internal_error"
 
 
+class Role(StrEnum):
+    """What an API token may do; each role may do everything the ones before it may."""
+
+    VIEWER = "viewer"  # reads
+    OPERATOR = "operator"  # also uploads, submits, cancels, retries
+    PUBLISHER = "publisher"  # also publishes
+
+    def may(self, needed: Role) -> bool:
+        """Whether this role includes ``needed``."""
+        order = list(Role)
+        return order.index(self) >= order.index(needed)
+
+
 # Each task status and the document status that must accompany it: a document is
 # always in the status this table pairs with its current task (an older, cancelled
 # task of a re-submitted document no longer speaks for it).

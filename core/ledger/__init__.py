@@ -9,7 +9,8 @@ PostgreSQL database, as a package of roles over one schema.
   submit, publish, cancel, retry, bulk actions;
 * ``ledger.reads`` — lists, the revision feed, counts, history, chunks, search
   (:mod:`core.ledger.reads`);
-* ``ledger.registry`` — workers seen in the ledger (:mod:`core.ledger.registry`).
+* ``ledger.registry`` — workers seen in the ledger (:mod:`core.ledger.registry`);
+* ``ledger.tokens`` — API tokens and their roles (:mod:`core.ledger.tokens`).
 
 Every state change is a conditional UPDATE whose WHERE clause *is* the transition
 rule, so two writers racing on one row can never both win: the loser's statement
@@ -29,6 +30,7 @@ from core.ledger.actions import Operator
 from core.ledger.queue import WorkQueue
 from core.ledger.reads import Reads
 from core.ledger.registry import WorkerRegistry
+from core.ledger.tokens import NewToken, TokenRegistry, TokenView
 from core.ledger.transactions import Transactions, open_transactions
 from core.ledger.views import (
     BulkResult,
@@ -72,6 +74,7 @@ class Ledger:
             transactions, settings, ObjectStore(settings.store_root), self.reads, clock, ids
         )
         self.registry = WorkerRegistry(transactions, clock)
+        self.tokens = TokenRegistry(transactions, clock, ids)
 
     @classmethod
     async def open(
@@ -118,12 +121,15 @@ __all__ = [
     "DocumentView",
     "FailureGroup",
     "Ledger",
+    "NewToken",
     "Operator",
     "Reads",
     "Reaped",
     "SearchHit",
     "TaskEventView",
     "TaskView",
+    "TokenRegistry",
+    "TokenView",
     "WorkQueue",
     "WorkerRegistry",
     "WorkerView",

@@ -181,9 +181,26 @@ class WorkerRecord(Base):
     stopped_at: Mapped[float | None] = mapped_column(Float)
 
 
+class ApiToken(Base):
+    """A bearer token for the HTTP API. Only the secret's sha256 is kept: the token
+    itself is shown once, when it is created."""
+
+    __tablename__ = "api_tokens"
+
+    # The public half of a token ("idk_<id>.<secret>"): finds the row without
+    # comparing secrets in SQL, so the secret is compared in constant time in Python.
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
 TASKS = cast(Table, IngestionTask.__table__)
 DOCUMENTS = cast(Table, Document.__table__)
 EVENTS = cast(Table, TaskEvent.__table__)
 CHUNKS = cast(Table, Chunk.__table__)
 OUTBOX = cast(Table, Outbox.__table__)
 WORKERS = cast(Table, WorkerRecord.__table__)
+API_TOKENS = cast(Table, ApiToken.__table__)

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from core import Ledger, LedgerUnavailable, ObjectReadError, SchemaTooNew, Settings, sqlite_url
-from core.ledger.migrate import MIGRATIONS_DIR
+from core.ledger.migrate import MIGRATIONS_DIR, SCHEMA_HEAD
 from core.store import ObjectStore
 
 
@@ -41,7 +41,7 @@ async def test_opening_an_older_ledger_upgrades_it(tmp_path: Path) -> None:
     ledger = await Ledger.open(_settings(tmp_path))
     await ledger.close()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("SELECT version_num FROM alembic_version").fetchone() == ("0002",)
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchone() == (SCHEMA_HEAD,)
         assert raw.execute("SELECT name FROM sqlite_master WHERE name='chunks_fts'").fetchall()
 
 
@@ -141,7 +141,7 @@ async def test_postgres_ledger_opens_and_migrates(pg_url: str, tmp_path: Path) -
         version = await ledger.transactions.read(
             lambda conn: conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
         )
-        assert version == "0002"
+        assert version == SCHEMA_HEAD
         assert ledger.backend == "postgresql"
     finally:
         await ledger.close()
