@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from core.config import Settings
 from core.ledger.actions import Operator
+from core.ledger.migrate import current_revision
 from core.ledger.queue import WorkQueue
 from core.ledger.reads import Reads
 from core.ledger.registry import WorkerRegistry
@@ -39,9 +40,11 @@ from core.ledger.views import (
     Claim,
     DocumentView,
     FailureGroup,
+    LedgerStats,
     Reaped,
     SearchHit,
     TaskEventView,
+    TaskPosition,
     TaskView,
     WorkerView,
 )
@@ -107,6 +110,11 @@ class Ledger:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def schema_revision(self) -> str | None:
+        """The schema revision the database is at now (another process may have
+        upgraded it since this one opened)."""
+        return await self.transactions.read(current_revision)
+
     @property
     def backend(self) -> str:
         """``sqlite`` or ``postgresql``."""
@@ -121,12 +129,14 @@ __all__ = [
     "DocumentView",
     "FailureGroup",
     "Ledger",
+    "LedgerStats",
     "NewToken",
     "Operator",
     "Reads",
     "Reaped",
     "SearchHit",
     "TaskEventView",
+    "TaskPosition",
     "TaskView",
     "TokenRegistry",
     "TokenView",

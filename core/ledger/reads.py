@@ -8,20 +8,23 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, select, text
+from sqlalchemy import ColumnElement, Select, func, select, text, tuple_
 from sqlalchemy.engine import Connection
 
 from core.filters import COMPARISONS, TaskFilter, Term
 from core.ledger import rows
-from core.ledger.schema import CHUNKS, DOCUMENTS, EVENTS, TASKS
+from core.ledger.registry import WORKER_GONE_AFTER_S
+from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, TASKS, WORKERS
 from core.ledger.statements import TASK_COLUMNS
 from core.ledger.transactions import Transactions
 from core.ledger.views import (
     ChunkView,
     DocumentView,
     FailureGroup,
+    LedgerStats,
     SearchHit,
     TaskEventView,
+    TaskPosition,
     TaskView,
 )
 from core.states import DocumentStatus, ErrorCode, Stage, TaskStatus
@@ -64,9 +67,19 @@ class Reads:
         filter: TaskFilter | None = None,
         limit: int | None = 1000,
         offset: int = 0,
+        before: TaskPosition | None = None,
     ) -> list[TaskView]:
-        """Tasks, newest first, optionally by status / error code / document / filter."""
+        """Tasks, newest first, optionally by status / error code / document / filter.
+
+        ``before`` continues a listing after the last task of the previous page
+        (keyset pagination: the page after a position costs the same however deep it
+        is, and tasks added meanwhile neither repeat nor shift a page).
+        """
         query = _tasks_with_names()
+        if before is not None:
+            query = query.where(
+                tuple_(TASKS.c.created_at, TASKS.c.id) < tuple_(before.created_at, before.task_id)
+            )
         if filter:
             query = query.where(*(term_clause(t) for t in filter.terms))
         if status is not None:
@@ -79,6 +92,54 @@ class Reads:
         if limit is not None:
             query = query.limit(limit)
         return await self._tx.read(lambda conn: _views(conn, query))
+
+    async def stats(self, now: float) -> LedgerStats:
+        """The figures a monitor scrapes: tasks by status, claims and failures so far
+        (from the history), the oldest claimable task's wait, workers alive."""
+        claimable = text(CLAIMABLE_SQL)
+
+        def tx(conn: Connection) -> LedgerStats:
+            by_status = dict.fromkeys(TaskStatus, 0)
+            for status, n in conn.execute(
+                select(TASKS.c.status, func.count()).group_by(TASKS.c.status)
+            ):
+                by_status[TaskStatus(status)] = n
+            claims = conn.execute(
+                select(func.count())
+                .select_from(EVENTS)
+                .where(EVENTS.c.to_status == TaskStatus.RUNNING.value)
+            ).scalar()
+            failures = {
+                ErrorCode(code): n
+                for code, n in conn.execute(
+                    select(EVENTS.c.error_code, func.count())
+                    .where(EVENTS.c.error_code.is_not(None))
+                    .where(
+                        EVENTS.c.to_status.in_(
+                            [TaskStatus.FAILED.value, TaskStatus.RETRY_WAIT.value]
+                        )
+                    )
+                    .group_by(EVENTS.c.error_code)
+                )
+            }
+            oldest = conn.execute(
+                select(func.min(TASKS.c.next_attempt_at)).where(claimable)
+            ).scalar()
+            alive = conn.execute(
+                select(func.count())
+                .select_from(WORKERS)
+                .where(WORKERS.c.stopped_at.is_(None))
+                .where(WORKERS.c.heartbeat_at > now - WORKER_GONE_AFTER_S)
+            ).scalar()
+            return LedgerStats(
+                tasks=by_status,
+                claims=int(claims or 0),
+                failures=failures,
+                oldest_claimable_age_s=max(0.0, now - oldest) if oldest is not None else 0.0,
+                workers_alive=int(alive or 0),
+            )
+
+        return await self._tx.read(tx)
 
     async def count_tasks(self, filter: TaskFilter | None = None) -> int:
         """How many tasks match a filter (all of them, not just a page)."""

@@ -265,3 +265,26 @@ class Reaped:
     task_id: str
     status: TaskStatus
     attempt: int
+
+
+@dataclass(frozen=True)
+class TaskPosition:
+    """Where a newest-first task listing stopped: the last task shown."""
+
+    created_at: float
+    task_id: str
+
+    @classmethod
+    def of(cls, task: TaskView) -> TaskPosition:
+        return cls(task.created_at, task.task_id)
+
+
+@dataclass(frozen=True)
+class LedgerStats:
+    """What a monitor scrapes (``GET /metrics``)."""
+
+    tasks: dict[TaskStatus, int]
+    claims: int  # claims so far (attempts started), from the history
+    failures: dict[ErrorCode, int]  # attempts that ended failed or retry_wait, by code
+    oldest_claimable_age_s: float  # how long the longest-waiting claimable task has waited
+    workers_alive: int

@@ -1,0 +1,52 @@
+"""The ASGI app: the HTTP face of the ledger, beside the CLI and the dashboard.
+
+It only creates and reads work: uploads, submits (202 at once), cancels, retries,
+publishes and reads go through the same ledger roles the CLI uses; workers run
+elsewhere (``ingestdesk worker`` processes on the same ledger). One ledger is opened
+per process at start-up and closed at shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
+
+from core.api import documents, problems, service, tasks
+from core.api.auth import Gate
+from core.config import Settings
+from core.ledger import Ledger
+
+API_TITLE = "ingestdesk"
+API_VERSION = "1"
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The app for the ledger and store in ``settings`` (opened when it starts)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ledger = await Ledger.open(settings)
+        app.state.ledger = ledger
+        app.state.gate = Gate(ledger)
+        try:
+            yield
+        finally:
+            await ledger.close()
+
+    # The docs page's scripts are served from the package, not a CDN: it works
+    # on a machine with no internet, as the service itself does.
+    app = FastAPIOffline(
+        title=API_TITLE,
+        version=API_VERSION,
+        description="Upload documents, submit them for ingestion (202 at once), watch, "
+        "cancel, retry and publish. Errors are application/problem+json.",
+        lifespan=lifespan,
+    )
+    problems.install(app)
+    app.include_router(documents.router)
+    app.include_router(tasks.router)
+    app.include_router(service.router)
+    return app

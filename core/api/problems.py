@@ -1,0 +1,131 @@
+"""Every error the API answers is ``application/problem+json`` (RFC 9457).
+
+The body carries the same stable ``kind`` and one-line message the CLI prints under
+``--json`` (``{"error": {"kind": …, "message": …}}`` there; ``kind`` and ``detail``
+here), and the HTTP status the state machines imply: a refused transition is 409,
+an unknown id 404, bad input 422 (400 when the request itself cannot be read). Never
+a traceback, a path or SQL: anything unexpected is a bare 500.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from core.errors import (
+    BadInput,
+    Conflict,
+    IngestDeskError,
+    LedgerUnavailable,
+    NotFound,
+    StoreUnavailable,
+)
+
+PROBLEM_JSON = "application/problem+json"
+log = logging.getLogger("ingestdesk.api")
+
+# Most specific first: SchemaTooNew is a LedgerUnavailable, and so on.
+STATUS_OF: tuple[tuple[type[IngestDeskError], int], ...] = (
+    (BadInput, 422),
+    (Conflict, 409),
+    (NotFound, 404),
+    (LedgerUnavailable, 503),
+    (StoreUnavailable, 503),
+)
+TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+# What each status means in the CLI's words, for problems that are not ours.
+KIND_OF_STATUS = {
+    400: "BadInput",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "BadInput",
+    409: "Conflict",
+    413: "BadInput",
+    415: "BadInput",
+    422: "BadInput",
+    503: "LedgerUnavailable",
+}
+
+
+class ApiProblem(Exception):
+    """A refusal the API itself makes (authentication, roles, request shape)."""
+
+    def __init__(
+        self, status: int, kind: str, detail: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.kind = kind
+        self.detail = detail
+        self.headers = headers or {}
+
+
+def problem(
+    status: int, kind: str, detail: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """One problem+json response."""
+    body = {
+        "type": f"urn:ingestdesk:problem:{kind}",
+        "title": TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        "kind": kind,
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def status_of(exc: IngestDeskError) -> int:
+    for cls, status in STATUS_OF:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def install(app: FastAPI) -> None:
+    """Answer every error as problem+json."""
+
+    @app.exception_handler(IngestDeskError)
+    async def _ours(_request: Request, exc: IngestDeskError) -> JSONResponse:
+        return problem(status_of(exc), type(exc).__name__, exc.message)
+
+    @app.exception_handler(ApiProblem)
+    async def _api(_request: Request, exc: ApiProblem) -> JSONResponse:
+        return problem(exc.status, exc.kind, exc.detail, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # One line, in the CLI's manner: which parameter, and what is wrong with it.
+        parts = []
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("query", "path"))
+            parts.append(f"{where}: {error.get('msg', 'invalid')}")
+        return problem(422, "BadInput", "; ".join(parts) or "the request was not understood")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = KIND_OF_STATUS.get(exc.status_code, "Error")
+        detail = exc.detail if isinstance(exc.detail, str) else TITLES.get(exc.status_code, "")
+        return problem(exc.status_code, kind, detail, dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        # The trace goes to the server's log, never to the client.
+        log.error("unexpected %s", type(exc).__name__, exc_info=exc)
+        return problem(500, "InternalError", "an unexpected error; the server log has the details")

@@ -1,0 +1,90 @@
+"""The service's own endpoints: health, metrics, search."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.responses import Response
+
+from core.api.auth import Caller, requires
+from core.api.context import ledger_of
+from core.errors import LedgerUnavailable
+from core.ledger import LedgerStats
+from core.ledger.migrate import SCHEMA_HEAD
+from core.states import Role
+
+router = APIRouter(tags=["service"])
+
+Viewer = Annotated[Caller, Depends(requires(Role.VIEWER))]
+SEARCH_MAX = 100  # hits per search at most
+
+
+@router.get("/healthz", summary="Ledger reachable and its schema current")
+async def healthz(request: Request) -> dict[str, Any]:
+    """200 when the ledger answers at the schema this server knows; 503 (problem+json)
+    when it does not answer, or was upgraded by a newer ingestdesk."""
+    ledger = ledger_of(request)
+    schema = await ledger.schema_revision()
+    if schema != SCHEMA_HEAD:
+        raise LedgerUnavailable(f"ledger schema is {schema}, this server knows {SCHEMA_HEAD}")
+    revision = await ledger.reads.revision()
+    return {"status": "ok", "backend": ledger.backend, "schema": schema, "revision": revision}
+
+
+class _Snapshot(Collector):
+    """One scrape's figures, read from the ledger just before rendering."""
+
+    def __init__(self, stats: LedgerStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Any:
+        stats = self.stats
+        tasks = GaugeMetricFamily(
+            "ingestdesk_tasks", "Ingestion tasks in each status", labels=["status"]
+        )
+        for status, n in stats.tasks.items():
+            tasks.add_metric([status.value], n)
+        yield tasks
+        yield CounterMetricFamily(
+            "ingestdesk_claims", "Claims made so far (attempts started)", value=stats.claims
+        )
+        failures = CounterMetricFamily(
+            "ingestdesk_failures",
+            "Attempts that ended failed or waiting for a retry, by error code",
+            labels=["error_code"],
+        )
+        for code, n in sorted(stats.failures.items()):
+            failures.add_metric([code.value], n)
+        yield failures
+        yield GaugeMetricFamily(
+            "ingestdesk_queue_oldest_age_seconds",
+            "How long the longest-waiting claimable task has waited",
+            value=stats.oldest_claimable_age_s,
+        )
+        yield GaugeMetricFamily(
+            "ingestdesk_workers_alive", "Workers with a recent heartbeat", value=stats.workers_alive
+        )
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(request: Request, caller: Viewer) -> Response:
+    stats = await ledger_of(request).reads.stats(time.time())
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(stats))
+    return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+
+@router.get("/api/search", summary="Full-text search over published documents")
+async def search(
+    request: Request,
+    caller: Viewer,
+    q: Annotated[str, Query(min_length=1, description="words to look for")],
+    limit: Annotated[int, Query(ge=1, le=SEARCH_MAX)] = 20,
+) -> list[dict[str, Any]]:
+    hits = await ledger_of(request).reads.search(q, limit=limit)
+    return [h.to_dict() for h in hits]
