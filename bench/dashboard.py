@@ -616,7 +616,7 @@ def _bench_app_class() -> type[IngestDeskApp]:
     class BenchApp(IngestDeskApp):
         """The real app, plus: every frame is turned into terminal output as a real
         terminal driver would (headless Textual skips it), frames are counted and
-        time-stamped for the latency probes, and polls are counted."""
+        time-stamped for the latency probes, and the poller's count of polls is shown."""
 
         CSS_PATH = css_paths  # type: ignore[assignment]
 
@@ -624,7 +624,6 @@ def _bench_app_class() -> type[IngestDeskApp]:
             super().__init__(*args, **kwargs)
             self.frames = 0
             self.frame_bytes = 0
-            self.polls = 0
             self.waiters: list[_Waiter] = []
             self.first_frame_at: float | None = None
 
@@ -656,9 +655,10 @@ def _bench_app_class() -> type[IngestDeskApp]:
                     waiter.future.set_result(now)
                 self.waiters.remove(waiter)
 
-        async def _poll_once(self) -> bool:
-            self.polls += 1
-            return await super()._poll_once()
+        @property
+        def polls(self) -> int:
+            """Polls of the ledger so far."""
+            return self.poller.polls
 
         def painted(self, *conditions: Shown) -> asyncio.Future[float]:
             """A future set to the time of the frame by which every ``(widget,
@@ -979,7 +979,9 @@ def _succeeded(size: int) -> int:
 
 
 def _busy(app: Any) -> bool:
-    return any(w.state == "running" for w in app.local_workers())
+    return app.workforce is not None and any(
+        w.state == "running" for w in app.workforce.local_workers()
+    )
 
 
 def _count_calls(obj: Any, name: str, calls: list[float]) -> None:

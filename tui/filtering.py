@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core import Ledger, TaskFilter, TaskStatus, TaskView, parse_filter
+from core import Reads, TaskFilter, TaskStatus, TaskView, parse_filter
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,9 @@ class TaskQuery:
     def matches(self, task: TaskView) -> bool:
         return self.filter.matches(task)
 
-    async def window(self, ledger: Ledger, limit: int) -> list[TaskView]:
+    async def window(self, reads: Reads, limit: int) -> list[TaskView]:
         """The newest ``limit`` matching tasks, newest first."""
-        return await ledger.reads.list_tasks(filter=self.filter or None, limit=limit)
+        return await reads.list_tasks(filter=self.filter or None, limit=limit)
 
 
 def parse_query(text: str) -> TaskQuery:

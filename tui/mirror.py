@@ -132,12 +132,9 @@ class LedgerMirror:
         self.unresolved.clear()
 
     def is_stalled(self, task: TaskView, now: float) -> bool:
-        """A running task with no progress for longer than the stall threshold."""
-        return (
-            task.status is TaskStatus.RUNNING
-            and task.progress_at is not None
-            and now - task.progress_at > self.stall_after_s
-        )
+        """Whether ``task`` is stalled at ``now`` (``TaskView.is_stalled`` with this
+        mirror's threshold)."""
+        return task.is_stalled(now, self.stall_after_s)
 
     def throughput(self, now: float) -> list[int]:
         """Tasks finished (succeeded or failed) per bucket, oldest bucket first."""

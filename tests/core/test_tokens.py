@@ -24,9 +24,7 @@ async def test_a_token_is_shown_once_and_kept_only_as_a_hash(ledger: Ledger) -> 
     "guess",
     ["", "idk_", "idk_x.y", "Bearer idk_abc.def", "idk_" + "a" * 40 + ".x", "not a token"],
 )
-async def test_malformed_and_unknown_tokens_authenticate_nobody(
-    ledger: Ledger, guess: str
-) -> None:
+async def test_malformed_and_unknown_tokens_authenticate_nobody(ledger: Ledger, guess: str) -> None:
     await ledger.tokens.create("someone", "viewer")
     assert await ledger.tokens.authenticate(guess) is None
 

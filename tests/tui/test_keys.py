@@ -54,7 +54,11 @@ async def ready(pilot: Pilot[Any], rows: int = 1) -> None:
     assert isinstance(app, IngestDeskApp)
     await wait_for(
         pilot,
-        lambda: app._baseline_taken and len(app.screen_stack) > 1 and len(table(app).tasks) >= rows,
+        lambda: (
+            app.poller.baseline_taken
+            and len(app.screen_stack) > 1
+            and len(table(app).tasks) >= rows
+        ),
         what="the dashboard to load",
     )
 
@@ -184,7 +188,7 @@ async def test_submit_uploads_each_path_and_reports_bad_ones(
     monkeypatch.chdir(folder)
     app = make_app(empty)
     async with app.run_test(size=APP_SIZE) as pilot:
-        await wait_for(pilot, lambda: app._baseline_taken)
+        await wait_for(pilot, lambda: app.poller.baseline_taken)
         await pilot.press("s")
         await wait_for(pilot, lambda: isinstance(app.screen, SubmitScreen))
         paths = app.screen.query_one("#paths", Input)
@@ -415,7 +419,7 @@ async def test_read_only_hides_and_refuses_every_change(seeded: Seeded) -> None:
     app = make_app(seeded, read_only=True, workers=2)
     async with app.run_test(size=APP_SIZE) as pilot:
         await ready(pilot)
-        assert app.local_workers() == []  # read-only runs no workers
+        assert app.workforce is None  # read-only runs no workers
         shown = set(app.screen.active_bindings)
         assert not shown & {"s", "c", "r", "b", "w", "W", "p", "R"}
         titles = {c.title for c in app.get_system_commands(app.screen)}
@@ -439,24 +443,27 @@ async def test_actions_never_crash_on_vanished_tasks(seeded: Seeded) -> None:
         task = table(app).tasks[seeded.id("queued-memo.md")]
         from tui.screens.actions import retry_task
 
-        retry_task(app, task.__class__(**{**task.__dict__, "task_id": "0" * 32}))
+        assert app.operator is not None
+        retry_task(app, app.operator, task.__class__(**{**task.__dict__, "task_id": "0" * 32}))
         await wait_for(pilot, lambda: any("no task" in m for m in notes(app)))
         assert app.is_running
 
 
 async def test_workers_can_be_added_paused_and_removed(seeded: Seeded) -> None:
     app = make_app(seeded, workers=0)
-    app.set_workers_paused(True)  # no parsing in this test: claims are not wanted
+    workforce = app.workforce
+    assert workforce is not None
+    workforce.set_paused(True)  # no parsing in this test: claims are not wanted
     async with app.run_test(size=APP_SIZE) as pilot:
         await ready(pilot)
         await pilot.press("w", "w")
-        assert [w.state for w in app.local_workers()] == ["paused", "paused"]
+        assert [w.state for w in workforce.local_workers()] == ["paused", "paused"]
         await pilot.press("p")
-        assert not app.workers_paused
+        assert not workforce.paused
         await pilot.press("p")
-        assert app.workers_paused
+        assert workforce.paused
         await pilot.press("W")
-        await wait_for(pilot, lambda: len(app.local_workers()) == 1)
+        await wait_for(pilot, lambda: len(workforce.local_workers()) == 1)
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running)
 

@@ -53,7 +53,8 @@ async def test_quit_hands_running_tasks_back(empty: Seeded) -> None:
     async with app.run_test(size=APP_SIZE) as pilot:
         await wait_for(pilot, lambda: pool.parsing == 1, what="the worker to start parsing")
         await wait_for(pilot, lambda: app.mirror.counts[TaskStatus.RUNNING] == 1)
-        assert [w.current for w in app.local_workers()] == [(task.task_id,)]
+        assert app.workforce is not None
+        assert [w.current for w in app.workforce.local_workers()] == [(task.task_id,)]
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
     after = await empty.ledger.reads.get_task(task.task_id)
@@ -68,7 +69,7 @@ async def test_quit_hands_running_tasks_back(empty: Seeded) -> None:
 async def test_claim_race_has_exactly_one_winner(empty: Seeded) -> None:
     app = IngestDeskApp(empty.ledger, workers=0, clock=empty.clock, poll_interval_s=POLL_S)
     async with app.run_test(size=APP_SIZE) as pilot:
-        await wait_for(pilot, lambda: app._baseline_taken)
+        await wait_for(pilot, lambda: app.poller.baseline_taken)
         await pilot.press("R")
         await wait_for(pilot, lambda: isinstance(app.screen, RaceScreen))
         screen = app.screen
@@ -93,7 +94,7 @@ async def test_writes_from_another_process_appear(tmp_path: Path) -> None:
     try:
         app = IngestDeskApp(ledger, workers=0, poll_interval_s=POLL_S)
         async with app.run_test(size=APP_SIZE) as pilot:
-            await wait_for(pilot, lambda: app._baseline_taken)
+            await wait_for(pilot, lambda: app.poller.baseline_taken)
             command = [
                 sys.executable,
                 "-m",

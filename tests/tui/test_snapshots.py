@@ -37,7 +37,7 @@ def snapshot_app(seeded: Seeded) -> IngestDeskApp:
 async def loaded(pilot: Pilot[Any], seeded: Seeded) -> None:
     app = pilot.app
     assert isinstance(app, IngestDeskApp)
-    await wait_for(pilot, lambda: app._baseline_taken and len(app.screen_stack) > 1)
+    await wait_for(pilot, lambda: app.poller.baseline_taken and len(app.screen_stack) > 1)
     screen = app.screen_stack[1]
     table = screen.query_one(TaskTable)
     await wait_for(pilot, lambda: len(table.tasks) == len(seeded.tasks))

@@ -1,8 +1,10 @@
 """Operator actions shared by every screen: cancel, retry, submit.
 
-Each runs as a Textual worker so the screen keeps answering keys while the ledger
-works, and each turns the ledger's refusals (``Conflict``, ``NotFound``,
-``BadInput``) into a notification in plain words; nothing here can crash the app.
+Each takes the operator, so only a desk that has one (not read-only) can call them,
+and runs as a Textual worker of the app, so the screen keeps answering keys while the
+ledger works and the action outlives the screen that started it. Each turns the
+ledger's refusals (``Conflict``, ``NotFound``, ``BadInput``) into a notification in
+plain words; nothing here can crash the app.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core import BadInput, Conflict, IngestDeskError, NotFound, TaskStatus, TaskView
+from core.states import CANCELLABLE
+from tui.desk import Desk, desk_of
 
 if TYPE_CHECKING:
-    from tui.app import IngestDeskApp
+    from textual.dom import DOMNode
+
+    from core import Operator
 
 # Statuses worth asking "are you sure?" about: the ledger refuses the rest, and
 # saying why at once beats a confirmation that ends in a refusal.
-ASK_BEFORE_CANCEL = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.RETRY_WAIT})
+ASK_BEFORE_CANCEL = CANCELLABLE
 
 
 def describe(task: TaskView) -> str:
@@ -26,13 +32,13 @@ def describe(task: TaskView) -> str:
     return f"{task.short_id} ({task.document_name or 'document ' + task.document_id[:8]})"
 
 
-def notify_refusal(app: IngestDeskApp, action: str, exc: Exception) -> None:
+def notify_refusal(desk: Desk, action: str, exc: Exception) -> None:
     """A refusal from the ledger (or a fault reaching it), as a notification an
     operator can act on."""
     if not isinstance(exc, IngestDeskError):
         # Not a rule of the ledger: the database or the disk failed. Still words,
         # never a traceback, and the dashboard carries on.
-        app.notify(
+        desk.notify(
             f"{type(exc).__name__}: {exc}",
             title=f"could not {action}",
             severity="error",
@@ -47,14 +53,24 @@ def notify_refusal(app: IngestDeskApp, action: str, exc: Exception) -> None:
         title = f"cannot {action}: bad input"
     else:
         title = f"could not {action}"
-    app.notify(exc.message, title=title, severity="error", timeout=8)
+    desk.notify(exc.message, title=title, severity="error", timeout=8)
 
 
-def request_cancel(app: IngestDeskApp, task: TaskView) -> None:
-    """Ask to confirm (with an optional reason), then cancel ``task``."""
+def request_cancel(node: DOMNode, operator: Operator, task: TaskView) -> None:
+    """Ask to confirm (with an optional reason), then cancel ``task``.
+
+    Args:
+        node: Where the request comes from (a screen); the work runs on its app.
+        operator: The ledger's operator role.
+        task: The task to cancel.
+    """
+    app, desk = node.app, desk_of(node)
     if task.status not in ASK_BEFORE_CANCEL:
         app.run_worker(
-            _cancel(app, task, None), group="actions", exit_on_error=False, description="cancel"
+            _cancel(desk, operator, task, None),
+            group="actions",
+            exit_on_error=False,
+            description="cancel",
         )
         return
     from tui.screens.modals import ConfirmScreen
@@ -69,7 +85,7 @@ def request_cancel(app: IngestDeskApp, task: TaskView) -> None:
     def confirmed(reason: str | None) -> None:
         if reason is not None:
             app.run_worker(
-                _cancel(app, task, reason or None),
+                _cancel(desk, operator, task, reason or None),
                 group="actions",
                 exit_on_error=False,
                 description="cancel",
@@ -81,47 +97,55 @@ def request_cancel(app: IngestDeskApp, task: TaskView) -> None:
     )
 
 
-async def _cancel(app: IngestDeskApp, task: TaskView, reason: str | None) -> None:
+async def _cancel(desk: Desk, operator: Operator, task: TaskView, reason: str | None) -> None:
     try:
-        await app.ledger.operator.cancel(task.task_id, actor=app.actor, reason=reason)
+        await operator.cancel(task.task_id, actor=desk.actor, reason=reason)
     except Exception as exc:
-        notify_refusal(app, "cancel", exc)
+        notify_refusal(desk, "cancel", exc)
         return
-    app.notify(f"cancelled {describe(task)}; its document is a draft again", timeout=4)
-    app.poll_soon()
+    desk.notify(f"cancelled {describe(task)}; its document is a draft again", timeout=4)
+    desk.poll_soon()
 
 
-def retry_task(app: IngestDeskApp, task: TaskView, reason: str | None = None) -> None:
+def retry_task(
+    node: DOMNode, operator: Operator, task: TaskView, reason: str | None = None
+) -> None:
     """Requeue a failed task; the ledger explains when its rules refuse."""
-    app.run_worker(
-        _retry(app, task, reason), group="actions", exit_on_error=False, description="retry"
+    node.app.run_worker(
+        _retry(desk_of(node), operator, task, reason),
+        group="actions",
+        exit_on_error=False,
+        description="retry",
     )
 
 
-async def _retry(app: IngestDeskApp, task: TaskView, reason: str | None) -> None:
+async def _retry(desk: Desk, operator: Operator, task: TaskView, reason: str | None) -> None:
     try:
-        await app.ledger.operator.retry(task.task_id, actor=app.actor, reason=reason)
+        await operator.retry(task.task_id, actor=desk.actor, reason=reason)
     except Exception as exc:
-        notify_refusal(app, "retry", exc)
+        notify_refusal(desk, "retry", exc)
         return
-    app.notify(f"requeued {describe(task)}", timeout=4)
-    app.poll_soon()
+    desk.notify(f"requeued {describe(task)}", timeout=4)
+    desk.poll_soon()
 
 
-def submit_paths(app: IngestDeskApp, paths: Sequence[Path]) -> None:
+def submit_paths(node: DOMNode, operator: Operator, paths: Sequence[Path]) -> None:
     """Upload each file and submit it; bad files are reported, good ones go ahead."""
-    app.run_worker(
-        _submit(app, list(paths)), group="actions", exit_on_error=False, description="submit"
+    node.app.run_worker(
+        _submit(desk_of(node), operator, list(paths)),
+        group="actions",
+        exit_on_error=False,
+        description="submit",
     )
 
 
-async def _submit(app: IngestDeskApp, paths: list[Path]) -> None:
+async def _submit(desk: Desk, operator: Operator, paths: list[Path]) -> None:
     submitted: list[str] = []
     refused: list[str] = []
     for path in paths:
         try:
-            document = await app.ledger.operator.upload_path(path)
-            await app.ledger.operator.submit(document.document_id, actor=app.actor)
+            document = await operator.upload_path(path)
+            await operator.submit(document.document_id, actor=desk.actor)
         except IngestDeskError as exc:
             refused.append(exc.message)
             continue
@@ -133,10 +157,10 @@ async def _submit(app: IngestDeskApp, paths: list[Path]) -> None:
         names = ", ".join(submitted[:5]) + (
             f" and {len(submitted) - 5} more" if len(submitted) > 5 else ""
         )
-        app.notify(f"submitted {len(submitted)}: {names}", timeout=4)
-        app.poll_soon()
+        desk.notify(f"submitted {len(submitted)}: {names}", timeout=4)
+        desk.poll_soon()
     if refused:
-        app.notify(
+        desk.notify(
             "\n".join(refused),
             title=f"{len(refused)} file{'s' if len(refused) > 1 else ''} not submitted",
             severity="error",

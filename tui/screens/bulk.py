@@ -9,7 +9,7 @@ that changed in between are refused, not clobbered; a summary follows.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -18,11 +18,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from core import BulkResult, IngestDeskError, TaskFilter
+from core import BulkResult, IngestDeskError, Operator, TaskFilter
+from tui.desk import Desk, desk_of
 from tui.filtering import TaskQuery
-
-if TYPE_CHECKING:
-    from tui.app import IngestDeskApp
 
 ACTIONS = ("cancel", "retry")
 
@@ -38,18 +36,24 @@ def explain(result: BulkResult) -> str:
 
 
 class BulkScreen(ModalScreen[None]):
-    """Dry run both bulk actions for a filter, then run the one the operator picks."""
+    """Dry run both bulk actions for a filter, then run the one the operator picks.
+
+    Args:
+        query: The filter whose every matching task is acted on.
+        operator: The ledger's operator role (the screen is not opened read-only).
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
 
-    def __init__(self, query: TaskQuery) -> None:
+    def __init__(self, query: TaskQuery, operator: Operator) -> None:
         super().__init__()
         self.task_query = query
+        self.operator = operator
         self.results: dict[str, BulkResult] = {}
 
     @property
-    def desk(self) -> IngestDeskApp:
-        return cast("IngestDeskApp", self.app)
+    def desk(self) -> Desk:
+        return desk_of(self)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog -wide"):
@@ -73,7 +77,7 @@ class BulkScreen(ModalScreen[None]):
         self.dry_run()
 
     def _bulk(self, action: str) -> Callable[..., Awaitable[BulkResult]]:
-        operator = self.desk.ledger.operator
+        operator = self.operator
         return operator.bulk_cancel if action == "cancel" else operator.bulk_retry
 
     @property

@@ -6,7 +6,7 @@ import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -16,7 +16,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, RichLog
 
-from core import BadInput, IngestDeskError, TaskView
+from core import BadInput, IngestDeskError, Operator, TaskView
+from tui import policy
+from tui.desk import Desk, desk_of
 from tui.filtering import TaskQuery, parse_query, status_query
 from tui.messages import LedgerChanged
 from tui.mirror import THROUGHPUT_BUCKET_S, THROUGHPUT_BUCKETS
@@ -26,9 +28,6 @@ from tui.widgets.running import RunningNow
 from tui.widgets.task_table import TaskTable
 from tui.widgets.throughput import Throughput
 from tui.widgets.workers import WorkersPanel
-
-if TYPE_CHECKING:
-    from tui.app import IngestDeskApp
 
 ROWS_REFRESH_S = 10.0  # seconds between re-renders of ages and stall marks (ages step by 10 s)
 BACKFILL_AFTER_S = 2.0  # seconds a short window waits before it is reloaded
@@ -60,8 +59,8 @@ class DashboardScreen(Screen[None]):
         self._counted: int | None = None
 
     @property
-    def desk(self) -> IngestDeskApp:
-        return cast("IngestDeskApp", self.app)
+    def desk(self) -> Desk:
+        return desk_of(self)
 
     def compose(self) -> ComposeResult:
         desk = self.desk
@@ -71,7 +70,7 @@ class DashboardScreen(Screen[None]):
                 yield StatusCounts(id="counts")
                 yield TaskTable(
                     clock=desk.clock,
-                    stall_after_s=desk.ledger.settings.stall_after_s,
+                    stall_after_s=desk.stall_after_s,
                     window=desk.window_rows,
                     id="tasks",
                 )
@@ -129,12 +128,13 @@ class DashboardScreen(Screen[None]):
         """Load the newest matching tasks into the table: one screenful first, so a
         filter key is answered as fast as the ledger can read that much, then the
         rest of the window (rows below the fold, for scrolling)."""
-        query, ledger, table = self.query_filter, self.desk.ledger, self.table
-        first = min(table.visible_rows + 1, self.desk.window_rows)
+        desk, query, table = self.desk, self.query_filter, self.table
+        reads = desk.reads
+        first = min(table.visible_rows + 1, desk.window_rows)
         try:
-            for limit in dict.fromkeys((first, self.desk.window_rows)):
-                tasks = await query.window(ledger, limit)
-                table.load(tasks, self.desk.clock())
+            for limit in dict.fromkeys((first, desk.window_rows)):
+                tasks = await query.window(reads, limit)
+                table.load(tasks, desk.clock())
                 # The count boxes show the new filter in the same frame as its rows:
                 # a frame of its own would make the rows wait for the next one.
                 self.query_one(StatusCounts).set_active(query.status, filtered=not query.empty)
@@ -142,7 +142,7 @@ class DashboardScreen(Screen[None]):
                 if len(tasks) < limit:
                     break  # that was every matching task
             if not query.empty and query.status is None:
-                self._counted = await ledger.reads.count_tasks(query.filter)
+                self._counted = await reads.count_tasks(query.filter)
                 self._title_table(len(table.tasks))
         except IngestDeskError as exc:
             self.notify(exc.message, severity="error", title="filter")
@@ -164,8 +164,12 @@ class DashboardScreen(Screen[None]):
         )
         stalled = {t for t, task in mirror.running.items() if mirror.is_stalled(task, now)}
         self.query_one(RunningNow).update_tasks(mirror.running, stalled)
+        workforce = desk.workforce
         self.query_one(WorkersPanel).show(
-            desk.local_workers(), desk.ledger_workers, now, paused=desk.workers_paused
+            [] if workforce is None else workforce.local_workers(),
+            desk.ledger_workers,
+            now,
+            paused=workforce is not None and workforce.paused,
         )
         if message.activity:
             log = self.query_one("#activity", RichLog)
@@ -243,31 +247,37 @@ class DashboardScreen(Screen[None]):
         self.app.push_screen(FailuresScreen())
 
     def action_cancel(self) -> None:
-        if self.desk.refuse_if_read_only("cancel tasks"):
+        operator = policy.operator_for(self.desk, "cancel")
+        if operator is None:
             return
         task = self._selected()
         if task is not None:
             from tui.screens.actions import request_cancel
 
-            request_cancel(self.desk, task)
+            request_cancel(self, operator, task)
 
     def action_retry(self) -> None:
-        if self.desk.refuse_if_read_only("retry tasks"):
+        operator = policy.operator_for(self.desk, "retry")
+        if operator is None:
             return
         task = self._selected()
         if task is not None:
             from tui.screens.actions import retry_task
 
-            retry_task(self.desk, task)
+            retry_task(self, operator, task)
 
     def action_submit(self) -> None:
-        if self.desk.refuse_if_read_only("submit files"):
+        operator = policy.operator_for(self.desk, "submit")
+        if operator is None:
             return
         from tui.screens.submit import SubmitScreen
 
-        self.app.push_screen(SubmitScreen(Path.cwd()), self._submit_paths)
+        def submit(text: str | None) -> None:
+            self._submit_paths(operator, text)
 
-    def _submit_paths(self, text: str | None) -> None:
+        self.app.push_screen(SubmitScreen(Path.cwd()), submit)
+
+    def _submit_paths(self, operator: Operator, text: str | None) -> None:
         if not text:
             return
         try:
@@ -277,19 +287,18 @@ class DashboardScreen(Screen[None]):
             return
         from tui.screens.actions import submit_paths
 
-        submit_paths(self.desk, [Path(p).expanduser() for p in paths])
+        submit_paths(self, operator, [Path(p).expanduser() for p in paths])
 
     def action_bulk(self) -> None:
-        if self.desk.refuse_if_read_only("change tasks in bulk"):
+        operator = policy.operator_for(self.desk, "bulk")
+        if operator is None:
             return
         from tui.screens.bulk import BulkScreen
 
-        self.app.push_screen(BulkScreen(self.query_filter))
+        self.app.push_screen(BulkScreen(self.query_filter, operator))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        from tui.app import MUTATING_ACTIONS
-
-        return not (self.desk.read_only and action in MUTATING_ACTIONS)
+        return policy.allows(self.desk, action)
 
     def palette_commands(self) -> list[tuple[str, str, str, Callable[[], object]]]:
         """(title, help, action, callback) for the command palette."""

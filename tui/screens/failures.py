@@ -5,7 +5,7 @@ print). Enter on a group lists its tasks; enter on a task opens its detail."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -16,11 +16,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from core import ERRORS, ErrorCode, FailureGroup, IngestDeskError, Stage, TaskStatus, TaskView
+from tui import policy
+from tui.desk import Desk, desk_of
 from tui.format import clock_time, shorten, when
 from tui.messages import LedgerChanged
-
-if TYPE_CHECKING:
-    from tui.app import IngestDeskApp
 
 GROUP_TASKS_MAX = 500  # tasks listed for one group
 RELOAD_AFTER_S = 1.0  # seconds between reloads while failures keep arriving
@@ -49,8 +48,8 @@ class FailuresScreen(Screen[None]):
         self._stale = False
 
     @property
-    def desk(self) -> IngestDeskApp:
-        return cast("IngestDeskApp", self.app)
+    def desk(self) -> Desk:
+        return desk_of(self)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -91,7 +90,7 @@ class FailuresScreen(Screen[None]):
     @work(exclusive=True, group="failure-groups", exit_on_error=False, description="load failures")
     async def load_groups(self) -> None:
         try:
-            groups = await self.desk.ledger.reads.failure_groups()
+            groups = await self.desk.reads.failure_groups()
         except IngestDeskError as exc:
             self.notify(exc.message, severity="error")
             return
@@ -144,7 +143,7 @@ class FailuresScreen(Screen[None]):
     @work(exclusive=True, group="failure-tasks", exit_on_error=False, description="load group")
     async def load_tasks(self, group: FailureGroup, reset_cursor: bool) -> None:
         try:
-            tasks = await self.desk.ledger.reads.list_tasks(
+            tasks = await self.desk.reads.list_tasks(
                 status=TaskStatus.FAILED, error_code=group.error_code, limit=GROUP_TASKS_MAX
             )
         except IngestDeskError as exc:
@@ -215,7 +214,8 @@ class FailuresScreen(Screen[None]):
             self.query_one("#failure-tasks", DataTable).focus()
 
     def action_retry(self) -> None:
-        if self.desk.refuse_if_read_only("retry tasks"):
+        operator = policy.operator_for(self.desk, "retry")
+        if operator is None:
             return
         task = self._selected_task()
         if task is None:
@@ -223,7 +223,7 @@ class FailuresScreen(Screen[None]):
             return
         from tui.screens.actions import retry_task
 
-        retry_task(self.desk, task)
+        retry_task(self, operator, task)
 
     def action_back(self) -> None:
         if self.focused is self.query_one("#failure-tasks", DataTable):
@@ -232,4 +232,4 @@ class FailuresScreen(Screen[None]):
         self.dismiss(None)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (self.desk.read_only and action == "retry")
+        return policy.allows(self.desk, action)

@@ -6,7 +6,8 @@ It is the two-terminal demonstration from the spec, in one screen."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, ClassVar, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -15,32 +16,41 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, Log, Static
 
-from core import IngestDeskError, Worker, WorkerEvent
+from core import IngestDeskError, Operator, WorkerEvent
+from tui.desk import Desk, desk_of
 
 if TYPE_CHECKING:
-    from tui.app import IngestDeskApp
+    from tui.workforce import Workforce
 
 RACERS = ("race-a", "race-b")
 SETTLE_S = 0.2  # seconds for paused workers to finish a claim already under way
 
 
 class RaceScreen(Screen[None]):
-    """Run the race on open; space runs it again with a new task."""
+    """Run the race on open; space runs it again with a new task.
+
+    Args:
+        operator: The ledger's operator role, which submits each race's task.
+        workforce: The dashboard's workers: paused while the race runs, and the
+            parser pool the racers share.
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("space", "again", "Race again"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, operator: Operator, workforce: Workforce) -> None:
         super().__init__()
+        self.operator = operator
+        self.workforce = workforce
         self.round = 0
         self.outcome: tuple[bool, bool] | None = None
         self._resume_workers = False
 
     @property
-    def desk(self) -> IngestDeskApp:
-        return cast("IngestDeskApp", self.app)
+    def desk(self) -> Desk:
+        return desk_of(self)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -60,21 +70,21 @@ class RaceScreen(Screen[None]):
 
     def on_mount(self) -> None:
         # The dashboard's own workers would otherwise join in and spoil the race.
-        desk = self.desk
-        self._resume_workers = not desk.workers_paused
-        desk.set_workers_paused(True)
+        workforce = self.workforce
+        self._resume_workers = not workforce.paused
+        workforce.set_paused(True)
         for racer in RACERS:
             self.query_one(f"#pane-{racer}").border_title = racer
         self.race()
 
     def on_unmount(self) -> None:
         if self._resume_workers:
-            self.desk.set_workers_paused(False)
+            self.workforce.set_paused(False)
 
     def _log(self, racer: str) -> Log:
         return self.query_one(f"#log-{racer}", Log)
 
-    def _writer(self, racer: str) -> object:
+    def _writer(self, racer: str) -> Callable[[WorkerEvent], None]:
         log = self._log(racer)
 
         def write(event: WorkerEvent) -> None:
@@ -84,7 +94,7 @@ class RaceScreen(Screen[None]):
 
     @work(exclusive=True, group="race", exit_on_error=False, description="claim race")
     async def race(self) -> None:
-        desk, ledger = self.desk, self.desk.ledger
+        desk, operator = self.desk, self.operator
         self.round += 1
         self.outcome = None
         result = self.query_one("#race-result", Static)
@@ -98,21 +108,12 @@ class RaceScreen(Screen[None]):
             "Two workers reach for this note at the same moment; one of them gets it.\n"
         )
         try:
-            document = await ledger.operator.upload(body.encode(), f"claim-race-{self.round}.md")
-            task = await ledger.operator.submit(document.document_id, actor=desk.actor)
+            document = await operator.upload(body.encode(), f"claim-race-{self.round}.md")
+            task = await operator.submit(document.document_id, actor=desk.actor)
         except IngestDeskError as exc:
             result.update(f"could not submit the race task: {exc.message}")
             return
-        workers = [
-            Worker(
-                ledger,
-                racer,
-                pool=desk.pool,
-                on_event=self._writer(racer),  # type: ignore[arg-type]
-                register=False,
-            )
-            for racer in RACERS
-        ]
+        workers = [self.workforce.racer(racer, self._writer(racer)) for racer in RACERS]
         for racer in RACERS:
             log = self._log(racer)
             log.write_line(f"--- round {self.round}")

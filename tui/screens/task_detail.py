@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -29,11 +29,10 @@ from core import (
     TaskStatus,
     TaskView,
 )
+from tui import policy
+from tui.desk import Desk, desk_of
 from tui.format import age, shorten, when
 from tui.messages import LedgerChanged
-
-if TYPE_CHECKING:
-    from tui.app import IngestDeskApp
 
 CHUNK_PREVIEW = 5  # chunks shown
 CHUNK_PREVIEW_CHARS = 240  # characters of each chunk shown
@@ -93,8 +92,8 @@ class TaskDetailScreen(Screen[None]):
         self.task_view: TaskView | None = None
 
     @property
-    def desk(self) -> IngestDeskApp:
-        return cast("IngestDeskApp", self.app)
+    def desk(self) -> Desk:
+        return desk_of(self)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -141,18 +140,18 @@ class TaskDetailScreen(Screen[None]):
 
     @work(exclusive=True, group="detail", exit_on_error=False, description="load task detail")
     async def load(self) -> None:
-        ledger = self.desk.ledger
+        reads = self.desk.reads
         try:
-            task = await ledger.reads.get_task(self.task_id)
-            history = await ledger.reads.task_history(task.task_id)
+            task = await reads.get_task(self.task_id)
+            history = await reads.task_history(task.task_id)
         except IngestDeskError as exc:
             self.query_one("#detail-fields", Static).update(Text(exc.message))
             return
         document: DocumentView | None = None
         chunks: list[ChunkView] = []
         try:
-            document = await ledger.reads.get_document(task.document_id)
-            chunks = await ledger.reads.chunks(task.document_id, limit=CHUNK_PREVIEW)
+            document = await reads.get_document(task.document_id)
+            chunks = await reads.chunks(task.document_id, limit=CHUNK_PREVIEW)
         except NotFound:
             pass
         self.task_view = task
@@ -166,11 +165,7 @@ class TaskDetailScreen(Screen[None]):
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold", no_wrap=True)
         grid.add_column()
-        stalled = (
-            task.status is TaskStatus.RUNNING
-            and task.progress_at is not None
-            and now - task.progress_at > self.desk.ledger.settings.stall_after_s
-        )
+        stalled = task.is_stalled(now, self.desk.stall_after_s)
         status = Text(task.status.value, style="bold")
         status.append(f" — {TASK_MEANING[task.status]}", style="")
         if stalled:
@@ -280,18 +275,20 @@ class TaskDetailScreen(Screen[None]):
         self.dismiss(None)
 
     def action_cancel(self) -> None:
-        if self.desk.refuse_if_read_only("cancel tasks") or self.task_view is None:
+        operator = policy.operator_for(self.desk, "cancel")
+        if operator is None or self.task_view is None:
             return
         from tui.screens.actions import request_cancel
 
-        request_cancel(self.desk, self.task_view)
+        request_cancel(self, operator, self.task_view)
 
     def action_retry(self) -> None:
-        if self.desk.refuse_if_read_only("retry tasks") or self.task_view is None:
+        operator = policy.operator_for(self.desk, "retry")
+        if operator is None or self.task_view is None:
             return
         from tui.screens.actions import retry_task
 
-        retry_task(self.desk, self.task_view)
+        retry_task(self, operator, self.task_view)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (self.desk.read_only and action in ("cancel", "retry"))
+        return policy.allows(self.desk, action)

@@ -231,18 +231,11 @@ class TaskTable(ScrollView, can_focus=True):
 
     # ------------------------------------------------------------------- cells
 
-    def is_stalled(self, task: TaskView, now: float) -> bool:
-        return (
-            task.status is TaskStatus.RUNNING
-            and task.progress_at is not None
-            and now - task.progress_at > self.stall_after_s
-        )
-
     def signature(self, task: TaskView, now: float) -> Signature:
         """The row's cells for ``task`` at time ``now`` as (text, style), in COLUMNS
         order. Built without Rich objects: a window load builds ~200 of them."""
         styles, none = self._styles, _NO_STYLE
-        if self.is_stalled(task, now):
+        if task.is_stalled(now, self.stall_after_s):
             status = ("⚠ stalled", styles.get(STALLED_THEME_VARIABLE, none))
         else:
             status = (STATUS_LABEL[task.status], self._status_style(task.status))

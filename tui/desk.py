@@ -1,0 +1,94 @@
+"""The desk: what a screen may use of the dashboard it runs on.
+
+Screens are typed against this Protocol, not against the app class, so no screen
+imports the app (which imports the screens) and none can reach past the ledger's
+public roles. :class:`~tui.app.IngestDeskApp` implements it; ``IngestDeskApp.desk``
+makes the type checker prove that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, cast
+
+if TYPE_CHECKING:
+    from textual.dom import DOMNode
+    from textual.notifications import SeverityLevel
+
+    from core import Operator, Reads, WorkerView
+    from tui.mirror import LedgerMirror
+    from tui.workforce import Workforce
+
+
+class Desk(Protocol):
+    """The dashboard as its screens see it.
+
+    ``operator`` and ``workforce`` are None in read-only mode: ask
+    :func:`tui.policy.operator_for` / :func:`tui.policy.workforce_for` for them, which
+    say the refusal when they are missing.
+    """
+
+    @property
+    def reads(self) -> Reads:
+        """The ledger's read role: lists, counts, history, the revision feed."""
+        ...
+
+    @property
+    def operator(self) -> Operator | None:
+        """The ledger's operator role; None in read-only mode."""
+        ...
+
+    @property
+    def workforce(self) -> Workforce | None:
+        """The in-process workers; None in read-only mode."""
+        ...
+
+    @property
+    def actor(self) -> str:
+        """Name recorded in the audit log for operator actions."""
+        ...
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock for what is shown: ages, stalls, throughput (tests freeze it)."""
+        ...
+
+    @property
+    def stall_after_s(self) -> float:
+        """Seconds without progress after which a running task is shown stalled."""
+        ...
+
+    @property
+    def window_rows(self) -> int:
+        """Most rows the task table holds (the newest that match)."""
+        ...
+
+    @property
+    def mirror(self) -> LedgerMirror:
+        """Counts, running tasks and throughput, kept current by the poller."""
+        ...
+
+    @property
+    def ledger_workers(self) -> Sequence[WorkerView]:
+        """Workers the ledger has seen (read every few seconds by the poller)."""
+        ...
+
+    def poll_soon(self) -> None:
+        """Read the ledger's changes now (after an action) instead of at the next tick."""
+        ...
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+    ) -> None:
+        """Show a notification."""
+        ...
+
+
+def desk_of(node: DOMNode) -> Desk:
+    """The desk ``node`` runs on (its app, seen only as a :class:`Desk`)."""
+    return cast("Desk", node.app)
