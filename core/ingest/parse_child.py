@@ -6,6 +6,13 @@ parser: no asyncio, no SQLAlchemy, so a fresh child is ready in about 0.1 s of C
 
 Each parse arrives as a :class:`~core.ingest.parsing.ParseRequest` the pool built, and
 so checked, in the parent; the child does not check it again (see ParseRequest).
+
+A child never outlives the worker that started it, even one ended by ``kill -9``
+(which leaves no chance to stop its children): on Linux the kernel sends it SIGKILL
+when its parent goes (``PR_SET_PDEATHSIG``), and everywhere a small watch thread ends
+it when the parent's end of the socket closes or it is handed to a new parent. An
+orphaned parser would otherwise spend minutes of CPU on a document nobody waits for,
+next to the worker that took the task over.
 """
 
 from __future__ import annotations
@@ -14,7 +21,11 @@ import contextlib
 import dataclasses
 import logging
 import os
+import select
 import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import NoReturn
@@ -34,6 +45,14 @@ from core.states import ErrorCode
 # back to the OS; CPython rarely returns freed arenas on its own.
 CHILD_RSS_RECYCLE_BYTES = 256 << 20  # bytes
 PARSER_NICENESS = 5  # added to a parser child's nice value
+# How often the watch thread checks, besides waiting for the socket to close, that the
+# parent is still the one that started this child (the portable fallback for
+# PR_SET_PDEATHSIG; one wake-up costs microseconds).
+PARENT_CHECK_EVERY_S = 0.5  # seconds
+# The watch thread only waits in poll(): a small stack keeps it from taking the default
+# 8 MiB of the address space the memory cap counts.
+WATCH_THREAD_STACK_BYTES = 256 * 1024  # bytes
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 READY = "ready"  # a fresh child's first message: imports done, serving
 
@@ -49,11 +68,15 @@ class Reply:
     retiring: bool = False
 
 
-def serve(fd: int, memory_limit_bytes: int, max_parses: int) -> NoReturn:
+def serve(fd: int, memory_limit_bytes: int, max_parses: int, parent_pid: int) -> NoReturn:
     """A child's ``main``: serve parses on the socket the parent passed as ``fd``, then
     exit at once. The process holds nothing to flush or close, and skipping the
     interpreter's teardown (~30 ms with pypdf loaded) matters because the parent waits
-    for its parser to exit when a worker stops."""
+    for its parser to exit when a worker stops.
+
+    ``parent_pid`` is the worker's pid: the child ends as soon as that process does.
+    """
+    die_with_parent(parent_pid, fd)
     with Connection(fd) as conn:
         _child_main(conn, memory_limit_bytes, max_parses)
     os._exit(0)
@@ -82,18 +105,27 @@ def _child_main(conn: Connection, memory_limit_bytes: int, max_parses: int) -> N
         except MemoryError:
             # The document alone does not fit under the cap. The pipe is mid-message now,
             # so answer and leave; the parent reads the answer when its send breaks.
-            conn.send(Reply(_memory_failure(), [], 0, retiring=True))
+            _send_quietly(conn, Reply(_memory_failure(), [], 0, retiring=True))
             return
         reply = _serve(request, data)
         del data
         retiring = reply.retiring or served >= max_parses or _rss_bytes() > CHILD_RSS_RECYCLE_BYTES
         try:
-            conn.send(dataclasses.replace(reply, retiring=retiring))
+            sent = _send_quietly(conn, dataclasses.replace(reply, retiring=retiring))
         except MemoryError:
-            conn.send(Reply(_memory_failure(), [], 0, retiring=True))
+            _send_quietly(conn, Reply(_memory_failure(), [], 0, retiring=True))
             return
-        if retiring:
+        if retiring or not sent:
             return
+
+
+def _send_quietly(conn: Connection, reply: Reply) -> bool:
+    """Send ``reply``; False if the parent is gone (nobody is left to tell)."""
+    try:
+        conn.send(reply)
+    except OSError:  # BrokenPipeError, ConnectionResetError: the parent closed or died
+        return False
+    return True
 
 
 def _serve(request: ParseRequest, data: bytes) -> Reply:
@@ -123,6 +155,65 @@ def _picklable(exc: Exception) -> BaseException:
     except Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
     return exc
+
+
+def die_with_parent(parent_pid: int, fd: int) -> None:
+    """End this process when ``parent_pid`` ends or closes its end of socket ``fd``.
+
+    Called first thing in a child, before the slow imports. Two mechanisms, because
+    neither covers everything alone:
+
+    * Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, the kernel's own and instant. It
+      fires when the *thread* that started the child exits, not the process; the pool
+      starts every child from one thread that lives as long as the worker process
+      (see ``core.ingest.parser_process._launcher``), so it means "the worker died".
+    * anywhere: a watch thread that waits for the parent's end of the socket to close
+      (a dead process's sockets close with it) and checks every
+      ``PARENT_CHECK_EVERY_S`` that the parent pid is unchanged (an orphan is handed
+      to another parent). The parent closes its end only after this child has exited,
+      so a close can only mean that the parent is gone.
+
+    A parent that died before the request took effect is caught by the pid check
+    right after it.
+    """
+    _request_death_signal()
+    if os.getppid() != parent_pid:
+        os._exit(0)
+    previous = threading.stack_size(WATCH_THREAD_STACK_BYTES)
+    try:
+        threading.Thread(
+            target=_watch_parent, args=(parent_pid, fd), name="parent-watch", daemon=True
+        ).start()
+    finally:
+        threading.stack_size(previous)
+
+
+def _request_death_signal() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes  # ~2 ms of imports, once per child
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl (an unusual libc): the watch thread covers it
+        pass
+
+
+def _watch_parent(parent_pid: int, fd: int) -> None:
+    poll = getattr(select, "poll", None)
+    if poll is None:  # no poll(2): the pid check alone, as often
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_EVERY_S)
+        os._exit(0)
+    poller = poll()
+    # Ask for the peer-closed event only: reading is the serve loop's job, so waiting
+    # for POLLIN would spin while a request sits unread. Hang-ups and errors are
+    # reported whatever is asked for.
+    poller.register(fd, getattr(select, "POLLRDHUP", 0))
+    while True:
+        if poller.poll(PARENT_CHECK_EVERY_S * 1000) or os.getppid() != parent_pid:
+            os._exit(0)
 
 
 def _limit_resources(memory_limit_bytes: int) -> None:

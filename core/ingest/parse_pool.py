@@ -12,20 +12,22 @@ its event loop or starve other documents, so :class:`ParserPool` runs
 * an address-space cap (``RLIMIT_AS``) set inside each child; the parse then fails with
   ``MemoryError`` rather than the machine swapping.
 * crash isolation: a child that dies (segfault, OOM kill) fails only its own parse.
+  A death is not always the document's doing (an operator's ``kill``, the OOM killer
+  picking the largest process, a child gone between being picked and being written
+  to), so the parse runs once more on a fresh child; only a document that kills that
+  one too fails, with ``parse_error`` "parser process died".
+* cancellation: cancelling :meth:`ParserPool.parse` kills its child at once (the
+  pipeline does so when its task is cancelled or taken away); the next parse starts
+  a fresh one.
 
-Children are fresh interpreters started with :mod:`subprocess` (fork + exec: a plain
-fork of a process running an asyncio loop and SQLAlchemy pools is not safe), on the
-first parse or ahead of it with :meth:`ParserPool.prestart`, and are reused across
-parses because a start costs a fresh interpreter plus imports. Not multiprocessing's
-``spawn``: that re-runs the parent's ``__main__`` script in every child, and for the
-installed ``ingestdesk`` command that means importing the whole CLI, SQLAlchemy
-included (measured: 0.4 s of CPU per child instead of 0.15 s, and 25 MB more RSS). A
-child imports only :mod:`core.ingest.parsing` (and its standard-library-only neighbours)
-and pypdf, and talks to the parent over a socket pair with
-:mod:`multiprocessing.connection`'s framing. A child retires itself
-after ``max_parses_per_child`` parses, after a memory or recursion failure, or when its
+The children (one process each, started as ``python -c`` programs) are
+:class:`core.ingest.parser_process.ParserProcess`; they are started on the first parse
+or ahead of it with :meth:`ParserPool.prestart`, and are reused across parses because
+a start costs a fresh interpreter plus imports. A child retires itself after
+``max_parses_per_child`` parses, after a memory or recursion failure, or when its
 resident memory stays high after a parse, so one monster file cannot leave a bloated
-process behind for the ordinary ones.
+process behind for the ordinary ones. No child outlives its worker, even one killed
+with ``kill -9`` (see :func:`core.ingest.parse_child.die_with_parent`).
 
 Every blocking pipe operation runs on a small thread pool owned by the pool, so the
 event loop only ever awaits futures.
@@ -34,21 +36,16 @@ event loop only ever awaits futures.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import re
-import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from types import TracebackType
 
-from core.ingest.parse_child import READY, Reply
+from core.ingest.parse_child import Reply
+from core.ingest.parser_process import Died, ParserProcess, TimedOut
 from core.ingest.parsing import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -69,8 +66,6 @@ DEFAULT_PER_PAGE_TIMEOUT_S = 0.5  # seconds added per estimated page
 DEFAULT_MAX_TIMEOUT_S = 300.0  # seconds; no document gets longer than this
 DEFAULT_MEMORY_LIMIT_BYTES = 1 << 30  # bytes of address space per child (RLIMIT_AS)
 DEFAULT_MAX_PARSES_PER_CHILD = 500  # parses before a child is replaced
-CHILD_START_TIMEOUT_S = 60.0  # seconds for a fresh child to import and report ready
-CHILD_STOP_GRACE_S = 2.0  # seconds a child gets to exit before it is killed
 # Page estimates for documents whose page objects cannot be counted from raw bytes:
 # PDF 1.5+ files may hide page dictionaries inside compressed object streams.
 PDF_BYTES_PER_PAGE_ESTIMATE = 100 * 1024  # bytes
@@ -81,24 +76,6 @@ ESTIMATE_ON_LOOP_MAX_BYTES = 1 << 20  # bytes
 
 # "/Type /Page" but not "/Type /Pages"; whitespace between the tokens is optional.
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![A-Za-z0-9])")
-# What a child runs: the parent's import path first (as multiprocessing's spawn does,
-# so a pool works from a source checkout and under pytest), then the serve loop.
-# argv: socket fd, memory limit, parse quota, then the sys.path entries.
-_CHILD_PROGRAM = (
-    "import sys; sys.path[:] = sys.argv[4:]; "
-    "from core.ingest.parse_child import serve; "
-    "serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))"
-)
-
-
-class _Timeout:
-    pass
-
-
-@dataclass(frozen=True)
-class _Died:
-    pid: int | None
-    exitcode: int | None
 
 
 def estimate_pages(data: bytes, kind: DocumentKind | str) -> int:
@@ -177,8 +154,8 @@ class ParserPool:
         self.memory_limit_bytes = memory_limit_bytes
         self.max_parses_per_child = max_parses_per_child
         self._slots = asyncio.Semaphore(workers)
-        self._idle: list[_Child] = []
-        self._busy: set[_Child] = set()
+        self._idle: list[ParserProcess] = []
+        self._busy: set[ParserProcess] = set()
         # One thread per slot for its blocking pipe calls, plus one for shutdown work.
         self._threads = ThreadPoolExecutor(workers + 1, thread_name_prefix="parser-pool")
         self._closed = False
@@ -200,7 +177,10 @@ class ParserPool:
         imports (~0.1 s of CPU) overlap whatever the caller does before its first
         parse. Safe to call before an event loop runs; a no-op if a child exists or
         the pool is closed. A child that fails to start fails the first parse, as a
-        lazily started one would.
+        lazily started one would. Any thread may call it: the process itself is
+        started on the long-lived launcher thread (see
+        :mod:`core.ingest.parser_process`), so the caller's thread ending does not end
+        the child.
         """
         if self._closed or self._idle or self._busy:
             return
@@ -239,7 +219,7 @@ class ParserPool:
         Raises:
             ParseFailure: The document is bad, empty, over its time budget
                 ("parse timed out after Xs"), over the memory limit, or crashed its
-                parser ("parser process died").
+                parser twice ("parser process died"; one death is retried).
             ValueError, ParserUnavailable: Bad arguments or a missing parser library,
                 checked before any child is involved.
             RuntimeError: The pool is closed, or was closed during this parse.
@@ -253,31 +233,17 @@ class ParserPool:
             estimated_pages = await estimate_pages_async(data, request.kind)
         budget = self.timeout_for(estimated_pages)
         async with self._slots:
-            self._check_open()
-            child = await self._take_child(loop)
-            if self._closed:  # closed while the child started
-                child.kill()
-                self._reap_soon(child)
-                self._check_open()
-            # The exchange thread owns the child's pipe from here on: on a timeout or a
-            # death it also kills and reaps the child. This coroutine only ever signals
-            # the child, so no two threads touch one pipe.
-            exchange = self._threads.submit(child.exchange, request, data, budget)
-            self._busy.add(child)
-            try:
-                reply = await asyncio.shield(asyncio.wrap_future(exchange))
-            except asyncio.CancelledError:
-                child.kill()  # the exchange thread sees EOF at once and cleans up
-                if exchange.cancel():  # it never ran, so nobody else will
-                    self._reap_soon(child)
-                raise
-            finally:
-                self._busy.discard(child)
-            if isinstance(reply, Reply) and not reply.retiring:
-                if self._closed:  # closed while we parsed: aclose has killed it
-                    self._reap_soon(child)
-                else:
-                    self._idle.append(child)
+            reply = await self._parse_on_a_child(loop, request, data, budget, fresh=False)
+            if isinstance(reply, Died) and not self._closed:
+                # Not necessarily the document's doing (see the module docstring): one
+                # more go, on a new process rather than an idle one that the same
+                # outside cause may have hit too.
+                logger.warning(
+                    "parser process %s died (exit code %s); parsing again on a fresh one",
+                    reply.pid,
+                    reply.exitcode,
+                )
+                reply = await self._parse_on_a_child(loop, request, data, budget, fresh=True)
         return self._outcome(reply, budget)
 
     async def aclose(self) -> None:
@@ -317,7 +283,44 @@ class ParserPool:
 
     # -- internals ------------------------------------------------------------------
 
-    def _reap_soon(self, child: _Child) -> None:
+    async def _parse_on_a_child(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        request: ParseRequest,
+        data: bytes,
+        budget: float,
+        *,
+        fresh: bool,
+    ) -> Reply | TimedOut | Died:
+        """One exchange with one child, holding a slot; a living child goes back idle."""
+        self._check_open()
+        child = await self._take_child(loop, fresh=fresh)
+        if self._closed:  # closed while the child started
+            child.kill()
+            self._reap_soon(child)
+            self._check_open()
+        # The exchange thread owns the child's pipe from here on: on a timeout or a
+        # death it also kills and reaps the child. This coroutine only ever signals
+        # the child, so no two threads touch one pipe.
+        exchange = self._threads.submit(child.exchange, request, data, budget)
+        self._busy.add(child)
+        try:
+            reply = await asyncio.shield(asyncio.wrap_future(exchange))
+        except asyncio.CancelledError:
+            child.kill()  # the exchange thread sees EOF at once and cleans up
+            if exchange.cancel():  # it never ran, so nobody else will
+                self._reap_soon(child)
+            raise
+        finally:
+            self._busy.discard(child)
+        if isinstance(reply, Reply) and not reply.retiring:
+            if self._closed:  # closed while we parsed: aclose has killed it
+                self._reap_soon(child)
+            else:
+                self._idle.append(child)
+        return reply
+
+    def _reap_soon(self, child: ParserProcess) -> None:
         """Join a finished or killed child on a pool thread, without waiting for it."""
         if self._closed:
             # The pool's threads may be gone; a throwaway thread does the join instead.
@@ -329,8 +332,11 @@ class ParserPool:
         if self._closed:
             raise RuntimeError("parser pool is closed")
 
-    async def _take_child(self, loop: asyncio.AbstractEventLoop) -> _Child:
-        while self._idle:
+    async def _take_child(
+        self, loop: asyncio.AbstractEventLoop, *, fresh: bool = False
+    ) -> ParserProcess:
+        """An idle child that is still alive, else (or with ``fresh``) a new one."""
+        while self._idle and not fresh:
             child = self._idle.pop()
             if child.alive:
                 if not child.ready:  # started by prestart(): may still be importing
@@ -341,12 +347,12 @@ class ParserPool:
         await self._until_ready(loop, child, child.start)
         return child
 
-    def _new_child(self) -> _Child:
+    def _new_child(self) -> ParserProcess:
         self._children_started += 1
-        return _Child(self.memory_limit_bytes, self.max_parses_per_child)
+        return ParserProcess(self.memory_limit_bytes, self.max_parses_per_child)
 
     async def _until_ready(
-        self, loop: asyncio.AbstractEventLoop, child: _Child, start: Callable[[], None]
+        self, loop: asyncio.AbstractEventLoop, child: ParserProcess, start: Callable[[], None]
     ) -> None:
         started = loop.run_in_executor(self._threads, start)
         try:
@@ -364,10 +370,10 @@ class ParserPool:
             self._reap_soon(child)
             raise
 
-    def _outcome(self, reply: Reply | _Timeout | _Died, budget: float) -> ParsedDocument:
-        if isinstance(reply, _Timeout):
+    def _outcome(self, reply: Reply | TimedOut | Died, budget: float) -> ParsedDocument:
+        if isinstance(reply, TimedOut):
             raise ParseFailure(ErrorCode.PARSE_ERROR, f"parse timed out after {budget:.1f}s")
-        if isinstance(reply, _Died):
+        if isinstance(reply, Died):
             if self._closed:
                 raise RuntimeError("parser pool closed during the parse")
             logger.warning("parser process %s died (exit code %s)", reply.pid, reply.exitcode)
@@ -379,155 +385,6 @@ class ParserPool:
             raise reply.outcome
         assert reply.outcome is not None
         return reply.outcome
-
-
-class _Child:
-    """One parser process and the parent's end of its socket.
-
-    ``launch`` only starts the process; ``wait_ready``, ``exchange``, ``stop`` and
-    ``reap`` block and run on the pool's threads, one at a time per child; ``kill``
-    only sends a signal and may be called from the event loop at any moment.
-    """
-
-    def __init__(self, memory_limit_bytes: int, max_parses: int) -> None:
-        self._memory_limit_bytes = memory_limit_bytes
-        self._max_parses = max_parses
-        self._process: subprocess.Popen[bytes] | None = None
-        self._conn: Connection | None = None
-        self.ready = False
-        # Serialises kill() with reap(): signalling a reaped process could hit a
-        # recycled pid.
-        self._lock = threading.Lock()
-
-    @property
-    def pid(self) -> int | None:
-        process = self._process
-        return None if process is None else process.pid
-
-    @property
-    def alive(self) -> bool:
-        process = self._process
-        return process is not None and process.poll() is None
-
-    def launch(self) -> None:
-        """Start the process without waiting for it to import anything (~2 ms)."""
-        parent_end, child_end = socket.socketpair()
-        try:
-            child_fd = child_end.fileno()
-            self._process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    _CHILD_PROGRAM,
-                    str(child_fd),
-                    str(self._memory_limit_bytes),
-                    str(self._max_parses),
-                    *sys.path,
-                ],
-                # Nothing a parser (or a native library under it) prints may land on
-                # the terminal a dashboard draws on; failures come back as replies.
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(child_fd,),
-            )
-        except BaseException:
-            parent_end.close()
-            raise
-        finally:
-            # Our copy of the child's end must go, or a dead child would never read
-            # as EOF.
-            child_end.close()
-        self._conn = Connection(parent_end.detach())
-
-    def wait_ready(self) -> None:
-        """Wait until the child has imported its parser and is serving."""
-        assert self._conn is not None
-        try:
-            ready = self._conn.poll(CHILD_START_TIMEOUT_S) and self._conn.recv() == READY
-        except (EOFError, OSError):
-            ready = False
-        if not ready:
-            self.kill()
-            exitcode = self.reap()
-            raise RuntimeError(f"parser process failed to start (exit code {exitcode})")
-        self.ready = True
-
-    def start(self) -> None:
-        self.launch()
-        self.wait_ready()
-
-    def exchange(
-        self, request: ParseRequest, data: bytes, budget_s: float
-    ) -> Reply | _Timeout | _Died:
-        """Send one parse and wait at most ``budget_s`` seconds for its reply.
-
-        A child that times out, dies or retires is reaped before this returns.
-        """
-        assert self._conn is not None
-        reply: Reply | _Timeout | _Died
-        try:
-            try:
-                self._conn.send(request)
-                # Separately, so the document is not copied into a pickle on the way.
-                self._conn.send_bytes(data)
-            except OSError:
-                # The child may have refused the document (too big for its memory
-                # cap) and said so before leaving; an answer beats "died".
-                if not self._conn.poll(CHILD_STOP_GRACE_S):
-                    raise
-            if self._conn.poll(budget_s):
-                received = self._conn.recv()
-                if isinstance(received, Reply):
-                    reply = received
-                else:
-                    raise EOFError("unexpected message from the parser process")
-            else:
-                reply = _Timeout()
-        except (EOFError, OSError):
-            pid = self.pid
-            reply = _Died(pid, self.reap())
-        if isinstance(reply, _Timeout):
-            self.kill()
-            self.reap()
-        elif isinstance(reply, Reply) and reply.retiring:
-            self.reap()  # it exits by itself right after replying
-        return reply
-
-    def kill(self) -> None:
-        with self._lock:
-            process = self._process
-            if process is not None:
-                # Popen.kill() signals only while the exit status is uncollected.
-                process.kill()
-
-    def reap(self) -> int | None:
-        """Wait for the child to exit (killing it after a grace period), release it.
-
-        Returns:
-            Its exit code (negative: the signal that ended it), or None if already reaped.
-        """
-        process = self._process
-        if process is None:
-            return None
-        try:
-            process.wait(CHILD_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            process.wait()
-        with self._lock:
-            self._process = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        return process.returncode
-
-    def stop(self) -> None:
-        """Ask an idle child to exit, killing it if it does not within the grace."""
-        if self._conn is not None:
-            with contextlib.suppress(OSError):
-                self._conn.send(None)
-        self.reap()
 
 
 __all__ = ["ParserPool", "estimate_pages", "estimate_pages_async"]

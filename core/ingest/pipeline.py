@@ -1,15 +1,19 @@
 """The stages of one claimed task: download → parse → embedding → indexing →
 finalizing. Every ledger write is fenced on the claim, so the pipeline learns it has
-lost its task (cancelled, reaped) from a write answering False and stops there."""
+lost its task (cancelled, reaped) from a write answering False and stops there: a
+parse in flight is abandoned and its parser process killed, embedding stops before
+its next batch."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from core.errors import NotFound, ObjectReadError, error_detail_of
 from core.ingest.embedder import Embedder, ProviderUnavailable
@@ -29,8 +33,16 @@ from core.ledger import ChunkRecord, Claim, Ledger
 from core.states import DocumentKind, ErrorCode, Stage
 from core.store import ObjectStore
 
+logger = logging.getLogger(__name__)
+
 EMBED_BATCH = 64  # chunks per embedder call
 PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes
+# While nothing new is to be written (a long parse), a running task's row is still
+# written this often: the heartbeat that renews the lease is also how a worker learns
+# that its task was cancelled or reaped, so this is how long a cancelled task may keep
+# a parser busy. One single-row UPDATE a second per long task; tasks shorter than
+# PROGRESS_EVERY_S write nothing at all.
+HEARTBEAT_EVERY_S = 1.0  # seconds (never more than a third of the lease)
 # Originals up to this size are read (and hash-checked) on the event loop: ~30 us from
 # the local object store, less than the hop to a thread and back, which under GIL
 # contention from the embedder or ledger threads can wait milliseconds.
@@ -77,6 +89,7 @@ class TaskLost(Exception):
 
 
 Say = Callable[[str], None]
+T = TypeVar("T")
 
 
 class Pipeline:
@@ -100,6 +113,7 @@ class Pipeline:
         """Execute one attempt. Never raises for a document's fault: every failure
         becomes a stable error code on the task."""
         progress = Progress(self.ledger, claim)
+        say = _never_fails(say)
         fail = functools.partial(self._fail, claim, progress=progress, say=say)
         try:
             return await self._stages(claim, progress, say)
@@ -118,6 +132,9 @@ class Pipeline:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an unclassified fault in ingestdesk itself
+            # The task records the type name only (a message can carry a path or user
+            # data); the whole story goes to this worker's own log, so nothing is lost.
+            logger.error("internal error in task=%s", claim.task_id[:8], exc_info=True)
             return await fail(ErrorCode.INTERNAL_ERROR, error_detail_of(exc))
 
     async def _fail(
@@ -174,13 +191,18 @@ class Pipeline:
         if document.kind != "pdf" and len(data) <= TEXT_IN_PROCESS_MAX_BYTES:
             parsed = await self._parse_text(data, document.kind)
         else:
-            parsed = await self.pool.parse(
-                data,
-                document.kind,
-                parser=opts.parser,
-                chunk_size=opts.chunk_size,
-                chunk_overlap=opts.chunk_overlap,
-                estimated_pages=estimate,
+            # A long parse is where a cancelled task would keep burning a core: it is
+            # abandoned, and its parser process killed, as soon as a write finds the
+            # task taken away.
+            parsed = await progress.unless_lost(
+                self.pool.parse(
+                    data,
+                    document.kind,
+                    parser=opts.parser,
+                    chunk_size=opts.chunk_size,
+                    chunk_overlap=opts.chunk_overlap,
+                    estimated_pages=estimate,
+                )
             )
         del data
         chunks = parsed.chunks
@@ -238,8 +260,9 @@ class Progress:
 
     The pipeline reports every step in memory; :meth:`report` writes the latest
     one at most every PROGRESS_EVERY_S (renewing the lease in the same statement)
-    and heartbeats in between, so a document that takes milliseconds costs no
-    progress writes at all and a long one shows movement within half a second.
+    and heartbeats in between, at least every HEARTBEAT_EVERY_S, so a document that
+    takes milliseconds costs no progress writes at all, a long one shows movement
+    within half a second, and a cancel reaches it within about a second.
     """
 
     def __init__(self, ledger: Ledger, claim: Claim) -> None:
@@ -249,6 +272,7 @@ class Progress:
         self.options: Mapping[str, str] | None = None
         self.lost = False
         self._written: tuple[Stage, int, int] | None = None
+        self._abandon: asyncio.Future[Any] | None = None  # cancelled when the task is lost
 
     def set(
         self, stage: Stage, completed: int, total: int, *, options: Mapping[str, str] | None = None
@@ -262,8 +286,44 @@ class Progress:
         if self.lost:
             raise TaskLost
 
+    async def unless_lost(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await ``work``, cancelling it as soon as a write finds the task taken away.
+
+        Raises:
+            TaskLost: The task was lost before or while ``work`` ran; ``work`` has been
+                cancelled (for a parse: its parser process killed).
+        """
+        if self.lost:
+            work.close()
+            raise TaskLost
+        running = asyncio.ensure_future(work)
+        self._abandon = running
+        try:
+            return await running
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            # Ours only if nobody is cancelling this task as well (a worker shutting
+            # down must still see its CancelledError).
+            if self.lost and running.cancelled() and not (current and current.cancelling()):
+                raise TaskLost from None
+            raise
+        finally:
+            self._abandon = None
+
+    def _lose(self) -> None:
+        self.lost = True
+        if self._abandon is not None:
+            self._abandon.cancel()
+
     async def report(self) -> None:
-        interval = min(PROGRESS_EVERY_S, self.claim.lease_s / 3)
+        """Write progress and heartbeats until the task is lost (run as a side task,
+        cancelled when the attempt ends); on a write answering False, mark the task
+        lost and cancel the work handed to :meth:`unless_lost`."""
+        lease_part = self.claim.lease_s / 3
+        interval = min(PROGRESS_EVERY_S, lease_part)
+        # Half an interval early still counts: sleeps end a little off, and a heartbeat
+        # due just after a tick would otherwise wait a whole interval more.
+        heartbeat_after = min(HEARTBEAT_EVERY_S, lease_part) - interval / 2
         last_write = time.monotonic()
         while not self.lost:
             await asyncio.sleep(interval)
@@ -272,10 +332,29 @@ class Progress:
                 options, self.options = self.options, None
                 held = await self.ledger.queue.report_progress(self.claim, *latest, options=options)
                 self._written = latest
-            elif time.monotonic() - last_write >= self.claim.lease_s / 3:
+            elif time.monotonic() - last_write >= heartbeat_after:
                 held = await self.ledger.queue.heartbeat(self.claim)
             else:
                 continue
             last_write = time.monotonic()
             if not held:
-                self.lost = True
+                self._lose()
+
+
+def _never_fails(say: Say) -> Say:
+    """``say``, except that a sink that fails (a closed stdout, a broken pipe to a log
+    collector) is logged once and then skipped: a log line is not the work, and its
+    BrokenPipeError must not fail the task as an internal error."""
+    broken = False
+
+    def guarded(line: str) -> None:
+        nonlocal broken
+        if broken:
+            return
+        try:
+            say(line)
+        except Exception as exc:
+            broken = True
+            logger.warning("task progress lines are no longer shown: %s", error_detail_of(exc))
+
+    return guarded

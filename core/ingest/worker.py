@@ -1,7 +1,7 @@
 """Workers claim tasks from the ledger and run them through the pipeline.
 
 The same :class:`Worker` runs inside the dashboard (as coroutines on its event loop)
-and as ``ingestdesk worker`` processes (:mod:`core.worker_command`). CPU-bound parsing
+and as ``ingestdesk worker`` processes (:mod:`core.cli.worker`). CPU-bound parsing
 happens in a process pool and database I/O is async, so a worker never blocks the
 loop it shares.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -17,11 +18,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from core.errors import error_detail_of
 from core.ingest.embedder import Embedder, HashingEmbedder
 from core.ingest.parse_pool import ParserPool
 from core.ingest.pipeline import Outcome, Pipeline, PipelineOptions
 from core.ledger import Claim, Ledger
+from core.safe_text import check_identifier
 from core.store import ObjectStore
+
+logger = logging.getLogger(__name__)
 
 IDLE_POLL_MIN_S = 0.2  # seconds between claim attempts right after work ran out
 IDLE_POLL_MAX_S = 2.0  # seconds; idle polling backs off up to this
@@ -83,10 +88,17 @@ class Worker:
         on_event: Callable[[WorkerEvent], None] | None = None,
         register: bool = True,
     ) -> None:
+        """Set the worker up; nothing is claimed until :meth:`run` (or a ``run_*``).
+
+        Raises:
+            BadInput: ``worker_id`` is empty, too long or holds control characters
+                (refused here, not at the first claim).
+            ValueError: ``concurrency`` is below 1.
+        """
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.ledger = ledger
-        self.worker_id = worker_id or default_worker_id()
+        self.worker_id = check_identifier(worker_id or default_worker_id(), "worker id")
         self.concurrency = concurrency
         self.lease_s = ledger.settings.lease_s if lease_s is None else lease_s
         self._own_pool = pool is None
@@ -143,8 +155,18 @@ class Worker:
         self._resume.set()
 
     def _say(self, kind: str, line: str, task_id: str | None = None) -> None:
-        if self.on_event is not None:
+        if self.on_event is None:
+            return
+        try:
             self.on_event(WorkerEvent(self.worker_id, task_id, kind, line))
+        except Exception as exc:
+            # A log sink that breaks (the CLI's stdout piped into a reader that died)
+            # must not fail tasks, nor leave a claim held with nothing running it: the
+            # work goes on, without its story.
+            self.on_event = None
+            logger.warning(
+                "worker=%s stops reporting events: %s", self.worker_id, error_detail_of(exc)
+            )
 
     # ----------------------------------------------------------- one task
 

@@ -1,0 +1,259 @@
+"""Workers meeting faults that are not the document's: a cancel mid-parse, a worker
+killed with ``kill -9``, a parser killed from outside, a broken log sink, an internal
+error carrying a path, a hostile worker id. Real parser processes, real worker
+processes, real files; parser processes are watched through /proc, as an operator
+would with ``ps``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from core import BadInput, DocumentStatus, ErrorCode, Ledger, Settings, Stage, TaskStatus
+from core.ingest.embedder import HashingEmbedder
+from core.ingest.parse_pool import ParserPool
+from core.ingest.worker import Worker, WorkerEvent
+from tests import hostile
+from tests.core.test_worker import add, cli, start_cli
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="watches processes through /proc"
+)
+
+# A valid PDF that keeps pypdf busy for several seconds (about 0.5 ms a page; 4 s on an
+# idle core, more on a busy one), generated in about a second.
+LONG_PDF_PAGES = 8000
+STOPPED_WITHIN_S = 2.0  # seconds a parser may go on after its work was taken away
+
+
+@functools.cache
+def long_pdf() -> bytes:
+    return hostile.make_pdf(
+        [f"Page {i} ingestion ledger lease renewal" for i in range(LONG_PDF_PAGES)]
+    )
+
+
+def running(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (it may be reparented to
+    an init that never reaps it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def seconds_until_gone(pid: int, *, give_up_s: float = 15.0) -> float:
+    started = time.monotonic()
+    while running(pid) and time.monotonic() - started < give_up_s:
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+async def until_stage(ledger: Ledger, task_id: str, stage: Stage, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (await ledger.reads.get_task(task_id)).stage is stage:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"task never reached stage {stage}")
+
+
+async def busy_parser(pool: ParserPool, timeout_s: float = 30) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pool.child_pids:
+            return pool.child_pids[0]
+        await asyncio.sleep(0.01)
+    raise AssertionError("no parser process started")
+
+
+# ------------------------------------------------------------- cancel mid-parse
+
+
+async def test_cancel_during_a_long_parse_kills_its_parser_and_the_worker_goes_on(
+    ledger: Ledger,
+) -> None:
+    long_id = await add(ledger, long_pdf(), "long.pdf")
+    async with ParserPool(workers=1) as pool:
+        worker = Worker(ledger, "w-cancel", pool=pool)
+        run = asyncio.create_task(worker.run(until_idle=True))
+        await until_stage(ledger, long_id, Stage.PARSE)
+        pid = await busy_parser(pool)
+        assert running(pid)
+        # Submitted now, so it is surely claimed after the long one.
+        next_id = await add(ledger, hostile.make_pdf(["the next task"]), "next.pdf")
+
+        await ledger.operator.cancel(long_id, actor="op")
+        stopped_after = await asyncio.to_thread(seconds_until_gone, pid)
+
+        stats = await asyncio.wait_for(run, 60)
+        assert pool.children_started == 2  # the killed parser was replaced
+
+    # The work stopped within about a second (the next heartbeat), not after the
+    # parse's 4+ seconds, and not at the end of the lease.
+    assert stopped_after < STOPPED_WITHIN_S
+    assert stats.outcomes == {long_id: "lost", next_id: "succeeded"}
+    cancelled = await ledger.reads.get_task(long_id)
+    assert cancelled.status is TaskStatus.CANCELLED
+    assert await ledger.reads.chunks(cancelled.document_id) == []
+    assert (await ledger.reads.get_document(cancelled.document_id)).status is DocumentStatus.DRAFT
+    assert (await ledger.reads.get_task(next_id)).status is TaskStatus.SUCCEEDED
+
+
+# ------------------------------------------------------ kill -9 of a worker
+
+
+def test_a_parser_dies_with_its_worker_killed_by_sigkill(
+    settings: Settings, tmp_path: Path
+) -> None:
+    big = tmp_path / "long.pdf"
+    big.write_bytes(long_pdf())
+    task_id = json.loads(cli(settings, "add", str(big), "--json").stdout)[0]["task_id"]
+
+    async def until_parsing() -> None:
+        ledger = await Ledger.open(settings)
+        try:
+            await until_stage(ledger, task_id, Stage.PARSE)
+        finally:
+            await ledger.close()
+
+    victim = start_cli(settings, "worker", task_id, "--worker-id", "victim")
+    try:
+        asyncio.run(until_parsing())
+        deadline = time.monotonic() + 10
+        while not (parsers := children_of(victim.pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (parser,) = parsers
+        assert running(parser)
+
+        victim.send_signal(signal.SIGKILL)  # no chance to stop its children
+        victim.communicate(timeout=10)
+
+        assert seconds_until_gone(parser) < STOPPED_WITHIN_S
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.communicate(timeout=10)
+
+
+# ------------------------------------------- a parser killed from outside
+
+
+async def test_a_parser_killed_from_outside_does_not_fail_a_good_document(ledger: Ledger) -> None:
+    task_id = await add(ledger, long_pdf(), "long.pdf")
+    async with ParserPool(workers=1) as pool:
+        worker = Worker(ledger, "w-outside", pool=pool)
+        run = asyncio.create_task(worker.run(until_idle=True))
+        await until_stage(ledger, task_id, Stage.PARSE)
+        os.kill(await busy_parser(pool), signal.SIGKILL)  # an operator's kill, the OOM killer
+
+        stats = await asyncio.wait_for(run, 120)
+
+    assert stats.outcomes == {task_id: "succeeded"}
+    task = await ledger.reads.get_task(task_id)
+    assert (task.status, task.attempt, task.error_code) == (TaskStatus.SUCCEEDED, 1, None)
+    assert len(await ledger.reads.chunks(task.document_id)) == LONG_PDF_PAGES
+
+
+# ------------------------------------------------------- a broken log sink
+
+
+async def test_a_log_sink_that_breaks_does_not_fail_the_task(ledger: Ledger) -> None:
+    # `ingestdesk worker | head -1`: once head exits, every print raises
+    # BrokenPipeError. That used to fail the task as internal_error (BrokenPipeError).
+    task_ids = [
+        await add(ledger, hostile.make_pdf([f"document {i}"]), f"d{i}.pdf") for i in range(2)
+    ]
+    shown: list[str] = []
+
+    def head_1(event: WorkerEvent) -> None:
+        if shown:
+            raise BrokenPipeError(32, "Broken pipe")
+        shown.append(event.line)
+
+    async with ParserPool(workers=1) as pool:
+        stats = await Worker(ledger, "w-piped", pool=pool, on_event=head_1).run(until_idle=True)
+
+    assert stats.outcomes == dict.fromkeys(task_ids, "succeeded")
+    for task_id in task_ids:
+        assert (await ledger.reads.get_task(task_id)).status is TaskStatus.SUCCEEDED
+
+
+# ------------------------------------------- internal errors keep no message
+
+
+class LeakyEmbedder(HashingEmbedder):
+    """A bug in ingestdesk whose message carries a path."""
+
+    async def embed(self, texts: Sequence[str]) -> list[bytes]:
+        raise ValueError("/secret/path/to/file")
+
+
+async def test_an_internal_error_records_its_type_and_never_its_message(ledger: Ledger) -> None:
+    task_id = await add(ledger, b"# Runbook\n\nRestart the worker.\n", "note.md")
+    events: list[WorkerEvent] = []
+    async with ParserPool(workers=1) as pool:
+        worker = Worker(
+            ledger, "w-leak", pool=pool, embedder=LeakyEmbedder(), on_event=events.append
+        )
+        stats = await worker.run(until_idle=True)
+
+    task = await ledger.reads.get_task(task_id)
+    assert (task.status, task.error_code, task.error_detail) == (
+        TaskStatus.FAILED,
+        ErrorCode.INTERNAL_ERROR,
+        "ValueError",
+    )
+    assert stats.outcomes == {task_id: "failed"}
+    history = await ledger.reads.task_history(task_id)
+    document = await ledger.reads.get_document(task.document_id)
+    everything = repr(
+        [
+            dataclasses.asdict(task),
+            [dataclasses.asdict(entry) for entry in history],
+            dataclasses.asdict(document),
+            [event.line for event in events],
+        ]
+    )
+    assert "ValueError" in everything
+    assert "/secret" not in everything
+
+
+# -------------------------------------------------------- hostile worker ids
+
+
+async def test_a_worker_id_with_control_characters_is_refused_when_the_worker_is_made(
+    ledger: Ledger,
+) -> None:
+    task_id = await add(ledger, b"# Runbook\n", "note.md")
+
+    with pytest.raises(BadInput, match="worker id"):
+        Worker(ledger, "evil\x1b]0;pwned\x07")
+
+    # Nothing was claimed or registered on its behalf.
+    assert (await ledger.reads.get_task(task_id)).status is TaskStatus.QUEUED
