@@ -2,21 +2,38 @@
 
 Nothing here touches the ledger: an upload is judged (and refused with one clear
 :class:`~core.errors.BadInput` line) before anything is stored or recorded.
+
+Reading is bounded while it happens, never checked afterwards: at most ``max_bytes +
+1`` bytes are read from any source, so ``/dev/zero``, ``/dev/urandom`` on stdin or a
+file that grows while it is read cost at most the cap in memory. Only regular files
+are opened: a FIFO would block the open itself, and a device never ends.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from core.errors import BadInput
 from core.ingest.sniffing import sniff_kind
-from core.safe_text import neutralise
+from core.safe_text import neutralise, visible
 from core.states import DocumentKind
 
 NAME_MAX = 255  # characters of a display name
 
 _UNSAFE_NAME = re.compile(r"\.\.|[/\\]")
+# Opening never waits (a FIFO swapped in after the stat would block a plain open) and
+# never makes a terminal our controlling one.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+_KINDS = (
+    (stat.S_ISFIFO, "a pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def display_name(name: str) -> str:
@@ -32,18 +49,59 @@ def display_name(name: str) -> str:
 
 
 def read_upload(path: Path, max_bytes: int) -> bytes:
-    """Read a file meant for upload, turning every way it can be wrong into BadInput."""
-    if not path.exists():
-        raise BadInput(f"{path}: no such file")
-    if path.is_dir():
-        raise BadInput(f"{path}: is a directory, not a file")
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise BadInput(f"{path}: {size} bytes is over the upload limit of {max_bytes} bytes")
+    """Read a regular file meant for upload, at most ``max_bytes``; every way it can be
+    wrong (missing, a folder, a FIFO or device, unreadable, too big) is BadInput.
+
+    The file type is checked with ``stat`` before opening (opening a FIFO blocks until
+    a writer appears), and again on the open descriptor in case the path was swapped
+    in between.
+    """
+    shown = visible(str(path))
     try:
-        return path.read_bytes()
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise BadInput(f"{shown}: no such file") from exc
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise BadInput(f"{shown}: cannot read ({_why(exc)})") from exc
+    _check_regular(info.st_mode, shown)
+    if info.st_size > max_bytes:
+        raise BadInput(_over_limit(shown, info.st_size, max_bytes))
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from exc
+        raise BadInput(f"{shown}: cannot read ({_why(exc)})") from exc
+    try:
+        _check_regular(os.fstat(fd).st_mode, shown)
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1  # the file object owns it now
+            return _read_capped(fh, max_bytes, shown)
+    except OSError as exc:
+        raise BadInput(f"{shown}: cannot read ({_why(exc)})") from exc
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def read_stream(stream: BinaryIO | None, max_bytes: int, name: str) -> bytes:
+    """Read an upload from a stream (stdin for ``-``) with the same cap as a file:
+    at most ``max_bytes + 1`` bytes are ever read.
+
+    Args:
+        stream: The binary stream; None when it is closed (a process started with
+            ``<&-`` has no ``sys.stdin``).
+        max_bytes: The upload limit.
+        name: The display name the upload will get, for messages.
+
+    Raises:
+        BadInput: The stream is closed or unreadable, or holds more than the cap.
+    """
+    shown = display_name(name)
+    if stream is None:
+        raise BadInput(f"{shown}: stdin is closed, nothing to read for '-'")
+    try:
+        return _read_capped(stream, max_bytes, f"{shown} (stdin)")
+    except (OSError, ValueError) as exc:  # ValueError: read of a closed file
+        raise BadInput(f"{shown}: cannot read stdin ({_why(exc)})") from exc
 
 
 def check_upload(data: bytes, name: str, max_bytes: int) -> DocumentKind:
@@ -51,9 +109,7 @@ def check_upload(data: bytes, name: str, max_bytes: int) -> DocumentKind:
     if not data:
         raise BadInput(f"{display_name(name)}: the file is empty (0 bytes)")
     if len(data) > max_bytes:
-        raise BadInput(
-            f"{display_name(name)}: {len(data)} bytes is over the upload limit of {max_bytes} bytes"
-        )
+        raise BadInput(_over_limit(display_name(name), len(data), max_bytes))
     kind = sniff_kind(data, name)
     if kind is None:
         raise BadInput(
@@ -61,3 +117,35 @@ def check_upload(data: bytes, name: str, max_bytes: int) -> DocumentKind:
             "ingestdesk takes PDF, Markdown and plain text"
         )
     return kind
+
+
+def _read_capped(stream: BinaryIO, max_bytes: int, shown: str) -> bytes:
+    # One byte over the cap is enough to know it is too big; reading on would let a
+    # source without end (a device, a pipe from /dev/urandom) fill memory.
+    data: bytes | None = stream.read(max_bytes + 1)
+    if data is None:  # a non-blocking stream with nothing ready: not an empty upload
+        raise BadInput(f"{shown}: nothing to read yet (the stream is non-blocking)")
+    if len(data) > max_bytes:
+        raise BadInput(_over_limit(shown, None, max_bytes))
+    return bytes(data)
+
+
+def _check_regular(mode: int, shown: str) -> None:
+    if stat.S_ISDIR(mode):
+        raise BadInput(f"{shown}: is a directory, not a file")
+    if stat.S_ISREG(mode):
+        return
+    what = next((label for test, label in _KINDS if test(mode)), "something else")
+    raise BadInput(
+        f"{shown}: is {what}, not a regular file (to upload from a pipe, give - and --name)"
+    )
+
+
+def _over_limit(shown: str, size: int | None, max_bytes: int) -> str:
+    if size is None:  # a capped read stopped one byte past the limit
+        return f"{shown}: more than {max_bytes} bytes, over the upload limit (read no further)"
+    return f"{shown}: {size} bytes is over the upload limit of {max_bytes} bytes"
+
+
+def _why(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or type(exc).__name__

@@ -5,21 +5,38 @@ commands in the order ``--help`` lists them, any commands a caller adds, and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from core.cli import documents, tasks, worker
+from core.cli import documents, tasks, uploads, worker
 from core.cli.command import Command
-from core.cli.options import CliParser, UsageError, common_options
-from core.cli.output import EXIT_INTERRUPTED, PROG, Output, usage_error
+from core.cli.options import CliParser, UsageError, common_options, default_actor
+from core.cli.output import (
+    EXIT_BROKEN_PIPE,
+    EXIT_OK,
+    EXIT_UNEXPECTED,
+    PROG,
+    Interrupted,
+    Output,
+    OutputFailed,
+    ReaderGone,
+    flush,
+    usage_error,
+    write_line,
+)
 from core.errors import IngestDeskError
 
 DESCRIPTION = "Document ingestion control room: the ledger's commands and its workers."
+DISTRIBUTION = "ingestdesk"  # the package whose metadata holds the version
+# Set (to anything) to let an unexpected exception end in its traceback, for a bug report.
+DEBUG_ENV = "INGESTDESK_DEBUG"
 
 # Core's commands, in the order --help lists them.
 CORE_COMMANDS: tuple[Command, ...] = (
-    documents.UPLOAD,
-    documents.ADD,
+    uploads.UPLOAD,
+    uploads.ADD,
     documents.SUBMIT,
     tasks.TASKS,
     tasks.TASK,
@@ -50,6 +67,9 @@ class CommandLine:
         self.parser = CliParser(
             prog=PROG, description=description, parents=[common_options(top_level=True)]
         )
+        self.parser.add_argument(
+            "--version", action=_VersionAction, help="print the version and exit"
+        )
         self.default_command = default_command
         self.commands: dict[str, Command] = {}
         self._common = common_options(top_level=False)
@@ -71,21 +91,102 @@ class CommandLine:
 
     def run(self, argv: Sequence[str] | None = None) -> int:
         """Parse ``argv`` (default: the process's arguments), run the command, and
-        answer its exit code. Refusals are printed, as one JSON value under ``--json``."""
+        answer its exit code.
+
+        Whatever happens, a person gets one line on stderr and a program one JSON
+        value on stdout under ``--json``: a refusal, a Ctrl-C (exit 130), even an
+        unexpected exception (exit 1; ``INGESTDESK_DEBUG=1`` shows its traceback).
+        A reader that went away (``… | head``) ends the command quietly (exit 141).
+        """
         argv = list(sys.argv[1:] if argv is None else argv)
+        as_json = "--json" in argv
         try:
-            args = self.parser.parse_args(argv)
-        except UsageError as exc:
-            return usage_error(self.parser, exc, as_json="--json" in argv)
+            try:
+                args = self.parser.parse_args(argv)
+            except UsageError as exc:
+                code = usage_error(exc, as_json=as_json)
+            except _ShowVersion:
+                Output(as_json).emit({"version": version()}, f"{PROG} {version()}")
+                code = EXIT_OK
+            else:
+                code = self._run(args)
+            # Flush here, not at interpreter exit, where a failure is only noise.
+            flush()
+            return code
+        except KeyboardInterrupt:  # while parsing, before a command was chosen
+            return Output(as_json).error(Interrupted())
+        except ReaderGone:
+            _quiet_stdout()
+            return EXIT_BROKEN_PIPE
+        except OutputFailed as exc:
+            _quiet_stdout()
+            write_line(f"{PROG}: cannot write the output: {exc}", sys.stderr)
+            return EXIT_UNEXPECTED
+
+    def _run(self, args: argparse.Namespace) -> int:
         out = Output(bool(getattr(args, "json", False)))
         if args.command is None:
             args.command = self.default_command
+        command = self.commands[args.command]
+        if getattr(args, "actor", None) is None:
+            args.actor = default_actor()
         try:
-            return self.commands[args.command].run(args, out)
+            return command.run(args, out)
         except IngestDeskError as exc:
             return out.error(exc)
         except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
+            return out.error(Interrupted(command.interrupted))
+        except (ReaderGone, OutputFailed):
+            raise
+        except Exception as exc:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            # The contract is one line (one JSON value), never a traceback: name the
+            # fault's type only (its message can carry SQL, a path or user data).
+            return out.error(
+                IngestDeskError(
+                    f"unexpected {type(exc).__name__}: a bug in ingestdesk; "
+                    f"rerun with {DEBUG_ENV}=1 for the traceback and report it"
+                )
+            )
+
+
+def version() -> str:
+    """The installed ingestdesk's version, from its package metadata."""
+    # Imported here: importlib.metadata costs ~16 ms, which every command would pay.
+    from importlib import metadata
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+class _ShowVersion(Exception):
+    """--version was given: answered once parsing stops, so --json is honoured."""
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("nargs", 0)
+        kwargs.setdefault("default", argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        raise _ShowVersion
+
+
+def _quiet_stdout() -> None:
+    """Point stdout's descriptor at /dev/null, so the interpreter's last flush at exit
+    finds nowhere to fail (Python's documented way to exit after EPIPE)."""
+    if sys.stdout is None:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # ValueError: stdout has no descriptor (captured)
+        pass
 
 
 def build_command_line(

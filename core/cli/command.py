@@ -40,30 +40,42 @@ class Command:
         help: One line for ``--help``; also the sub-command's description.
         run: Runs the parsed command; answers the exit code.
         arguments: Adds the command's own arguments to its parser.
+        interrupted: The one line a Ctrl-C that ends the command prints (exit 130):
+            what it left behind, where there is something to say.
     """
 
     name: str
     help: str
     run: Runner
     arguments: Callable[[argparse.ArgumentParser], None] = no_arguments
+    interrupted: str = "interrupted"
 
 
-def on_ledger(handler: LedgerHandler) -> Runner:
+def on_ledger(handler: LedgerHandler, *, create: bool = True) -> Runner:
     """A runner that opens the ledger the global options name, runs ``handler`` on it
-    and closes the ledger, whatever happens."""
+    and closes the ledger, whatever happens.
+
+    Args:
+        handler: The command's work on the open ledger.
+        create: False for a command that can only read or act on what is already
+            there: a SQLite ledger that does not exist is refused ("no ledger at …",
+            exit 1) instead of created, so a mistyped ``--db`` leaves nothing behind.
+    """
 
     def run(args: argparse.Namespace, out: Output) -> int:
-        asyncio.run(_with_ledger(handler, args, out))
+        asyncio.run(_with_ledger(handler, args, out, create))
         return EXIT_OK
 
     return run
 
 
-async def _with_ledger(handler: LedgerHandler, args: argparse.Namespace, out: Output) -> None:
+async def _with_ledger(
+    handler: LedgerHandler, args: argparse.Namespace, out: Output, create: bool
+) -> None:
     settings = settings_from_args(args)
     from core.ledger import Ledger
 
-    ledger = await Ledger.open(settings)
+    ledger = await Ledger.open(settings, create=create)
     try:
         await handler(ledger, args, out)
     finally:

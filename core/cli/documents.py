@@ -1,89 +1,23 @@
-"""Document commands: ``upload``, ``add``, ``submit``, ``documents``, ``document``,
-``publish``, ``chunks`` and ``search``."""
+"""Document commands: ``submit``, ``documents``, ``document``, ``publish``, ``chunks``
+and ``search`` (``upload`` and ``add`` are :mod:`core.cli.uploads`)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
+from core.cli.options import limit_argument
 from core.cli.output import Output, document_line, task_line
-from core.errors import BadInput
 from core.states import DocumentStatus
 
 if TYPE_CHECKING:
-    from core.ledger import DocumentView, Ledger
+    from core.ledger import Ledger
 
 DEFAULT_LIST_LIMIT = 1000  # documents listed at most
 DEFAULT_SEARCH_LIMIT = 20  # search hits shown at most
 CHUNK_PREVIEW_CHARS = 100  # characters of each chunk that `chunks` shows
 HIT_PREVIEW_CHARS = 80  # characters of each hit that `search` shows
-
-
-def _read_inputs(args: argparse.Namespace, max_bytes: int) -> list[tuple[bytes, str]]:
-    """Read and check every input before anything is written, so a bad file in a
-    batch leaves the ledger untouched."""
-    files: list[str] = args.files
-    if args.name and len(files) != 1:
-        raise BadInput("--name applies to exactly one file")
-    from core.intake import read_upload
-
-    inputs: list[tuple[bytes, str]] = []
-    problems: list[str] = []
-    for f in files:
-        try:
-            if f == "-":
-                if not args.name:
-                    raise BadInput("reading from stdin ('-') needs --name NAME")
-                inputs.append((sys.stdin.buffer.read(), args.name))
-            else:
-                inputs.append((read_upload(Path(f), max_bytes), args.name or Path(f).name))
-        except BadInput as exc:
-            problems.append(exc.message)
-    if problems:
-        raise BadInput("; ".join(problems))
-    return inputs
-
-
-async def _upload_all(ledger: Ledger, args: argparse.Namespace) -> list[DocumentView]:
-    """Store every input as a draft document, or none if any input is refused."""
-    from core.intake import check_upload
-
-    inputs = await asyncio.to_thread(_read_inputs, args, ledger.settings.max_upload_bytes)
-    problems = []
-    for data, name in inputs:
-        try:
-            check_upload(data, name, ledger.settings.max_upload_bytes)
-        except BadInput as exc:
-            problems.append(exc.message)
-    if problems:
-        raise BadInput("; ".join(problems))
-    return [await ledger.operator.upload(data, name) for data, name in inputs]
-
-
-async def cmd_upload(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    """``ingestdesk upload FILE…``: store files as draft documents."""
-    docs = await _upload_all(ledger, args)
-    out.emit(
-        [d.to_dict() for d in docs],
-        [f"uploaded document={d.document_id} kind={d.kind.value} name={d.filename}" for d in docs],
-    )
-
-
-async def cmd_add(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    """``ingestdesk add FILE…``: upload files and submit each for ingestion."""
-    docs = await _upload_all(ledger, args)
-    submitted = [await ledger.operator.submit(d.document_id, actor=args.actor) for d in docs]
-    out.emit(
-        [t.to_dict() for t in submitted],
-        [
-            f"submitted task={t.task_id} document={t.document_id} name={d.filename}"
-            for t, d in zip(submitted, docs, strict=True)
-        ],
-    )
 
 
 async def cmd_submit(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
@@ -154,45 +88,50 @@ async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
 # ------------------------------------------------------------------ arguments
 
 
-def _files(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="a path, or - for stdin")
-    parser.add_argument("--name", help="display name (required with -)")
-
-
 def _document_id(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("document_id")
 
 
 def _documents(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", choices=[s.value for s in DocumentStatus])
-    parser.add_argument("--limit", type=int, default=DEFAULT_LIST_LIMIT)
+    limit_argument(parser, DEFAULT_LIST_LIMIT, "documents listed")
 
 
 def _search(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query")
     parser.add_argument("--all", action="store_true", help="include documents not yet published")
-    parser.add_argument("--limit", type=int, default=DEFAULT_SEARCH_LIMIT)
+    limit_argument(parser, DEFAULT_SEARCH_LIMIT, "hits shown")
 
 
-UPLOAD = Command("upload", "store files as draft documents", on_ledger(cmd_upload), _files)
-ADD = Command("add", "upload files and submit each for ingestion", on_ledger(cmd_add), _files)
+# None of these can do anything in a ledger that does not exist yet: a missing one is
+# refused, not created (create=False), so a mistyped --db leaves nothing behind.
 SUBMIT = Command(
-    "submit", "submit a draft document for ingestion", on_ledger(cmd_submit), _document_id
+    "submit",
+    "submit a draft document for ingestion",
+    on_ledger(cmd_submit, create=False),
+    _document_id,
 )
-DOCUMENTS = Command("documents", "list documents", on_ledger(cmd_documents), _documents)
+DOCUMENTS = Command(
+    "documents", "list documents", on_ledger(cmd_documents, create=False), _documents
+)
 DOCUMENT = Command(
     "document",
     "one document, its row version and its tasks",
-    on_ledger(cmd_document),
+    on_ledger(cmd_document, create=False),
     _document_id,
 )
 PUBLISH = Command(
-    "publish", "publish a document waiting for review", on_ledger(cmd_publish), _document_id
+    "publish",
+    "publish a document waiting for review",
+    on_ledger(cmd_publish, create=False),
+    _document_id,
 )
-CHUNKS = Command("chunks", "print a document's chunks", on_ledger(cmd_chunks), _document_id)
+CHUNKS = Command(
+    "chunks", "print a document's chunks", on_ledger(cmd_chunks, create=False), _document_id
+)
 SEARCH = Command(
     "search",
     "full-text search over published documents' chunks",
-    on_ledger(cmd_search),
+    on_ledger(cmd_search, create=False),
     _search,
 )

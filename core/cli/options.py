@@ -1,17 +1,25 @@
 """The options every command accepts (``--json``, ``--db``, ``--store``, ``--actor``,
-``--max-upload-mb``, ``--synchronous``), the Settings they make, and an argparse that
-reports usage errors as :class:`~core.errors.BadInput`."""
+``--max-upload-mb``, ``--synchronous``), the Settings they make, an argparse that
+reports usage errors as :class:`~core.errors.BadInput`, and the argument types that
+refuse out-of-range numbers and unsafe identifiers while the command line is parsed,
+before anything is opened, claimed or written."""
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import math
+import os
+from collections.abc import Callable
 from typing import NoReturn
 
-from core.config import Settings, settings_from
+from core.config import Settings, settings_from, upload_cap_bytes
 from core.errors import BadInput
+from core.safe_text import check_identifier
 
-BYTES_PER_MB = 1024 * 1024
+# A list longer than this is a typo, and beyond what SQLite's integers hold it was a
+# traceback (OverflowError) instead of an answer.
+LIMIT_MAX = 1_000_000  # rows listed at most
 
 
 class UsageError(BadInput):
@@ -20,10 +28,86 @@ class UsageError(BadInput):
 
 class CliParser(argparse.ArgumentParser):
     """argparse that reports usage errors as BadInput, so ``--json`` callers get
-    one JSON value (and exit code 2) instead of text on stderr."""
+    one JSON value (and exit code 2) instead of text on stderr. The message is one
+    line and says where the usage is (``--help``), not the whole usage."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def default_actor() -> str:
+    """Who is acting when ``--actor`` is not given: the login name, or ``uid-N``.
+
+    Asked only when a command needs it: ``getpass.getuser()`` fails (KeyError before
+    Python 3.13, OSError after) for a uid with no passwd entry and no LOGNAME/USER in
+    the environment, as in many containers, and must not break ``--help``. A login
+    name that is not a safe identifier (LOGNAME is just an environment variable) is
+    not used either.
+    """
+    try:
+        name = getpass.getuser()
+        return check_identifier(name, "login name")
+    except (KeyError, OSError, ImportError, BadInput):
+        return f"uid-{os.getuid()}" if hasattr(os, "getuid") else "unknown"
+
+
+def identifier(what: str) -> Callable[[str], str]:
+    """An argparse type for an id a person types (``--actor``, ``--worker-id``):
+    refused when empty, too long, or holding control or invisible characters."""
+
+    def check(value: str) -> str:
+        try:
+            return check_identifier(value, what)
+        except BadInput as exc:
+            raise argparse.ArgumentTypeError(exc.message) from exc
+
+    check.__name__ = what
+    return check
+
+
+def whole_number(lowest: int, highest: int) -> Callable[[str], int]:
+    """An argparse type for an integer from ``lowest`` to ``highest``."""
+
+    def check(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or not lowest <= number <= highest:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number from {lowest} to {highest} (got {value!r})"
+            )
+        return number
+
+    return check
+
+
+def seconds(highest: float) -> Callable[[str], float]:
+    """An argparse type for a duration: more than 0 and at most ``highest`` seconds
+    (nan and infinity are refused: a nan lease never expires and never renews)."""
+
+    def check(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and 0 < number <= highest):
+            raise argparse.ArgumentTypeError(
+                f"must be a number of seconds, more than 0 and at most {highest:g} (got {value!r})"
+            )
+        return number
+
+    return check
+
+
+def limit_argument(parser: argparse.ArgumentParser, default: int, what: str) -> None:
+    """``--limit N`` for a list command: at least 1, at most :data:`LIMIT_MAX`."""
+    parser.add_argument(
+        "--limit",
+        type=whole_number(1, LIMIT_MAX),
+        default=default,
+        help=f"{what} at most (default {default})",
+    )
 
 
 def common_options(*, top_level: bool) -> CliParser:
@@ -50,12 +134,15 @@ def common_options(*, top_level: bool) -> CliParser:
     common.add_argument(
         "--store", default=default(None), help="object store folder (env INGESTDESK_STORE)"
     )
+    # None: filled by default_actor() once the command line is parsed (see there).
     common.add_argument(
-        "--actor", default=default(getpass.getuser()), help="who is acting, for the audit log"
+        "--actor",
+        type=identifier("actor"),
+        default=default(None),
+        help="who is acting, for the audit log (default: your login name)",
     )
     common.add_argument(
         "--max-upload-mb",
-        type=float,
         default=default(None),
         help="refuse uploads larger than this (env INGESTDESK_MAX_UPLOAD_MB; default 100)",
     )
@@ -72,13 +159,17 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """The ledger the global options point at (environment and defaults fill the rest).
 
     Raises:
-        BadInput: ``--max-upload-mb`` is not positive.
+        BadInput: ``--max-upload-mb`` is not a usable cap (not a number, nan,
+            infinite, zero or less, absurdly large), or the environment's is not.
     """
-    settings = settings_from(args.db, args.store)
-    if getattr(args, "max_upload_mb", None) is not None:
-        if args.max_upload_mb <= 0:
-            raise BadInput("--max-upload-mb must be positive")
-        settings = settings.with_(max_upload_bytes=int(args.max_upload_mb * BYTES_PER_MB))
-    if getattr(args, "synchronous", None):
-        settings = settings.with_(sqlite_synchronous=args.synchronous.upper())
-    return settings
+    cap = getattr(args, "max_upload_mb", None)
+    sync = getattr(args, "synchronous", None)
+    # Passed as overrides, so a flag wins over the environment before the
+    # environment's value is even judged (a bad INGESTDESK_MAX_UPLOAD_MB does not
+    # refuse a command that gives --max-upload-mb).
+    overrides: dict[str, object] = {}
+    if cap is not None:
+        overrides["max_upload_bytes"] = upload_cap_bytes(cap, "--max-upload-mb")
+    if sync:
+        overrides["sqlite_synchronous"] = sync.upper()
+    return settings_from(args.db, args.store, environ=None, home=None, **overrides)

@@ -8,9 +8,10 @@ import time
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
+from core.cli.options import limit_argument
 from core.cli.output import EXIT_OK, Output, task_line, when
 from core.errors import BadInput
-from core.filters import parse_filter
+from core.filters import EVERY_TASK, TaskFilter, parse_filter
 from core.states import ERRORS, ErrorCode, TaskStatus
 
 if TYPE_CHECKING:
@@ -67,41 +68,55 @@ def _bulk_lines(verb: str, past: str, result: BulkResult) -> list[str]:
     return lines
 
 
-def _target(args: argparse.Namespace) -> str | None:
-    """The one task to act on, or None for every task matching ``--filter``. An
-    action that changes state needs exactly one of them: never "all" by default."""
-    if bool(args.task_id) == bool(args.filter):
-        raise BadInput("give a TASK_ID or --filter EXPR (not both)")
-    if args.dry_run and not args.filter:
-        raise BadInput("--dry-run goes with --filter")
-    task_id: str | None = args.task_id
-    return task_id
+def _target(args: argparse.Namespace) -> str | TaskFilter:
+    """The one task to act on, or the filter naming the tasks. An action that changes
+    state needs exactly one of TASK_ID, ``--filter`` or ``--all``: never "every task"
+    by default, and a filter without terms (``--filter ' '``) is not a way to say it."""
+    given = [args.task_id is not None, args.filter is not None, args.all]
+    if given.count(True) != 1:
+        raise BadInput("give one of TASK_ID, --filter EXPR or --all")
+    if args.task_id is not None:
+        if args.dry_run:
+            raise BadInput("--dry-run goes with --filter or --all")
+        task_id: str = args.task_id
+        return task_id
+    if args.all:
+        return EVERY_TASK
+    chosen = parse_filter(args.filter)
+    if not chosen.names_tasks:
+        raise BadInput(
+            f"--filter {args.filter!r} has no terms and would match every task; "
+            "give a filter, or --all to act on every task"
+        )
+    return chosen
 
 
 async def cmd_cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     """``ingestdesk cancel``: cancel one task, or every task matching a filter."""
-    if task_id := _target(args):
-        task = await ledger.operator.cancel(task_id, actor=args.actor, reason=args.reason)
+    target = _target(args)
+    if isinstance(target, str):
+        task = await ledger.operator.cancel(target, actor=args.actor, reason=args.reason)
         line = f"cancelled task={task.task_id} document={task.document_id} (a draft again)"
         out.emit(task.to_dict(), line)
         return
     result = await ledger.operator.bulk_cancel(
-        parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
+        target, actor=args.actor, reason=args.reason, dry_run=args.dry_run
     )
     out.emit(result.to_dict(), _bulk_lines("cancel", "cancelled", result))
 
 
 async def cmd_retry(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     """``ingestdesk retry``: requeue one failed task, or every one matching a filter."""
-    if task_id := _target(args):
-        task = await ledger.operator.retry(task_id, actor=args.actor, reason=args.reason)
+    target = _target(args)
+    if isinstance(target, str):
+        task = await ledger.operator.retry(target, actor=args.actor, reason=args.reason)
         out.emit(
             task.to_dict(),
             f"requeued task={task.task_id} attempt={task.attempt} status={task.status}",
         )
         return
     result = await ledger.operator.bulk_retry(
-        parse_filter(args.filter), actor=args.actor, reason=args.reason, dry_run=args.dry_run
+        target, actor=args.actor, reason=args.reason, dry_run=args.dry_run
     )
     out.emit(result.to_dict(), _bulk_lines("requeue", "requeued", result))
 
@@ -129,7 +144,7 @@ def _tasks(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", choices=[s.value for s in TaskStatus])
     parser.add_argument("--error-code", choices=[c.value for c in ErrorCode])
     parser.add_argument("--filter", help="filter expression, e.g. 'status:failed code:parse_error'")
-    parser.add_argument("--limit", type=int, default=DEFAULT_LIST_LIMIT)
+    limit_argument(parser, DEFAULT_LIST_LIMIT, "tasks listed")
 
 
 def _task_id(parser: argparse.ArgumentParser) -> None:
@@ -140,18 +155,42 @@ def _one_or_filtered(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task_id", nargs="?")
     parser.add_argument("--filter", help="act on every task matching this filter expression")
     parser.add_argument(
-        "--dry-run", action="store_true", help="with --filter: count, change nothing"
+        "--all", action="store_true", help="act on every task (an empty filter never does)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="with --filter or --all: count, change nothing"
     )
     parser.add_argument("--reason", help="why, for the audit log")
 
 
-TASKS = Command("tasks", "list ingestion tasks, newest first", on_ledger(cmd_tasks), _tasks)
-TASK = Command("task", "one task with its event history", on_ledger(cmd_task), _task_id)
+# Listing and acting on tasks needs a ledger that holds them: a missing one is refused,
+# not created (create=False), so a mistyped --db leaves nothing behind.
+TASKS = Command(
+    "tasks",
+    "list ingestion tasks, newest first",
+    on_ledger(cmd_tasks, create=False),
+    _tasks,
+)
+TASK = Command(
+    "task", "one task with its event history", on_ledger(cmd_task, create=False), _task_id
+)
+# A bulk action is one transaction per task: a Ctrl-C stops it between two.
+INTERRUPTED_BULK = (
+    "interrupted: tasks already changed stay changed (each change is in its history; "
+    "`ingestdesk tasks` shows where it stopped)"
+)
 CANCEL = Command(
     "cancel",
     "cancel a queued, running or retry_wait task",
-    on_ledger(cmd_cancel),
+    on_ledger(cmd_cancel, create=False),
     _one_or_filtered,
+    interrupted=INTERRUPTED_BULK,
 )
-RETRY = Command("retry", "requeue a failed task", on_ledger(cmd_retry), _one_or_filtered)
+RETRY = Command(
+    "retry",
+    "requeue a failed task",
+    on_ledger(cmd_retry, create=False),
+    _one_or_filtered,
+    interrupted=INTERRUPTED_BULK,
+)
 ERROR_CODES = Command("errors", "the error codes, what they mean and what to do", run_errors)

@@ -11,6 +11,10 @@ unset by argparse and filled from :class:`~core.ingest.pipeline.PipelineOptions`
 one home, when the worker runs (:func:`pipeline_options`): reading its defaults while
 the parser is built would import the pipeline, SQLAlchemy with it (~0.2 s), before the
 parser process starts.
+
+Every option is checked before anything is claimed, before the ledger is even opened
+(:func:`check_worker_arguments` and the argument types): a chunk size of 0 once let a
+worker claim every queued task and fail each with ``internal_error``.
 """
 
 from __future__ import annotations
@@ -18,28 +22,38 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
+import math
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
 from core.cli.command import Command
-from core.cli.options import settings_from_args
+from core.cli.logs import LOG_FORMATS, worker_log
+from core.cli.options import identifier, seconds, settings_from_args, whole_number
 from core.cli.output import EXIT_OK, Output
 from core.config import Settings
 from core.errors import BadInput
 from core.gc_tuning import freeze_startup_objects
+from core.ingest.chunker import validate_chunking
 from core.ingest.parse_pool import ParserPool
-from core.ingest.parsing import PARSERS
+from core.ingest.parsing import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, PARSERS
+from core.safe_text import check_identifier
 
 if TYPE_CHECKING:
     from core.ingest.pipeline import PipelineOptions
 
 DEFAULT_STOP_GRACE_S = 10.0  # seconds running tasks get to finish on SIGTERM
+# Upper bounds: beyond them a value is a typo, not a setting (and some, as a SQL LIMIT
+# or a lease timestamp, would overflow or never expire).
+MAX_CONCURRENCY = 256  # tasks in flight in one worker process
+MAX_PARSERS = 64  # parser processes (~45 MB each)
+MAX_LEASE_S = 86_400.0  # seconds: a day
+MAX_CHUNK_SIZE = 1_000_000  # characters
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``worker`` command's own arguments."""
+    """The ``worker`` command's own arguments; out-of-range numbers and unsafe worker
+    ids are refused while they are parsed."""
     parser.add_argument(
         "task_id", nargs="?", help="claim this task (default: the oldest claimable)"
     )
@@ -50,20 +64,77 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--concurrency",
-        type=int,
+        type=whole_number(1, MAX_CONCURRENCY),
         default=2,
         help="tasks in flight at once (default 2: the next is parsed while the last is "
         "indexed; doubled while tasks take under 20 ms)",
     )
     parser.add_argument(
-        "--parsers", type=int, default=1, help="parser processes (default 1, one core's worth)"
+        "--parsers",
+        type=whole_number(1, MAX_PARSERS),
+        default=1,
+        help="parser processes (default 1, one core's worth)",
     )
-    parser.add_argument("--worker-id", help="name shown in the ledger (default host-pid)")
-    parser.add_argument("--lease", type=float, help="lease in seconds (default 30)")
+    parser.add_argument(
+        "--worker-id",
+        type=identifier("worker id"),
+        help="name shown in the ledger (default host-pid)",
+    )
+    parser.add_argument("--lease", type=seconds(MAX_LEASE_S), help="lease in seconds (default 30)")
     # Unset (None) means PipelineOptions' default; see the module docstring.
     parser.add_argument("--parser", choices=PARSERS)
-    parser.add_argument("--chunk-size", type=int, help="characters per chunk")
-    parser.add_argument("--chunk-overlap", type=int, help="characters of overlap")
+    parser.add_argument(
+        "--chunk-size", type=whole_number(1, MAX_CHUNK_SIZE), help="characters per chunk"
+    )
+    parser.add_argument(
+        "--chunk-overlap",
+        type=whole_number(0, MAX_CHUNK_SIZE - 1),
+        help="characters of overlap (less than the chunk size)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="log lines as text (default) or one JSON object per line",
+    )
+
+
+def check_worker_arguments(args: argparse.Namespace) -> None:
+    """Every option, checked before the ledger is opened or a parser started: the
+    ranges again (for a caller that built ``args`` without the parser), the chunk
+    overlap against the chunk size, and that ``--parser pdfium`` is installed.
+
+    Raises:
+        BadInput: An option, or a combination, that no task could run with.
+    """
+    ranges = (
+        ("--concurrency", args.concurrency, 1, MAX_CONCURRENCY),
+        ("--parsers", args.parsers, 1, MAX_PARSERS),
+        ("--chunk-size", args.chunk_size, 1, MAX_CHUNK_SIZE),
+        ("--chunk-overlap", args.chunk_overlap, 0, MAX_CHUNK_SIZE - 1),
+    )
+    for option, value, lowest, highest in ranges:
+        if value is not None and not lowest <= value <= highest:
+            raise BadInput(f"{option} must be a whole number from {lowest} to {highest}")
+    if args.lease is not None and not (math.isfinite(args.lease) and 0 < args.lease <= MAX_LEASE_S):
+        raise BadInput(f"--lease must be more than 0 and at most {MAX_LEASE_S:g} seconds")
+    if args.worker_id is not None:
+        check_identifier(args.worker_id, "worker id")
+    size = DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size
+    overlap = DEFAULT_CHUNK_OVERLAP if args.chunk_overlap is None else args.chunk_overlap
+    try:
+        validate_chunking(size, overlap)  # the pipeline's own rule
+    except ValueError as exc:
+        raise BadInput(
+            f"--chunk-overlap ({overlap}) must be less than the chunk size ({size})"
+        ) from exc
+    if args.parser == "pdfium":
+        try:
+            import pypdfium2  # noqa: F401
+        except ImportError as exc:
+            raise BadInput(
+                "--parser pdfium needs the extra: pip install 'ingestdesk[pdfium]'"
+            ) from exc
 
 
 def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
@@ -83,7 +154,7 @@ def start_parser_early(args: argparse.Namespace) -> ParserPool | None:
     """The parser pool of a ``--loop`` or ``--until-idle`` worker, its first process
     already starting; None for a single-task run (it may miss its claim and then
     needs no parser). Called before the ledger's modules are imported."""
-    if not (args.loop or args.until_idle) or args.concurrency < 1 or args.parsers < 1:
+    if not (args.loop or args.until_idle):
         return None
     pool = ParserPool(workers=min(args.parsers, args.concurrency))
     pool.prestart()
@@ -91,7 +162,9 @@ def start_parser_early(args: argparse.Namespace) -> ParserPool | None:
 
 
 def run_worker(args: argparse.Namespace, out: Output) -> int:
-    """``ingestdesk worker``: start the parser early, then run the worker."""
+    """``ingestdesk worker``: check every option, start the parser early, then run
+    the worker."""
+    check_worker_arguments(args)
     settings = settings_from_args(args)
     pool = start_parser_early(args)
     asyncio.run(run_worker_command(settings, args, out, pool))
@@ -104,7 +177,7 @@ async def run_worker_command(
     out: Output,
     pool: ParserPool | None = None,
 ) -> None:
-    """``ingestdesk worker``: validate the arguments, open the ledger, run a worker.
+    """``ingestdesk worker``: check the arguments, open the ledger, run a worker.
 
     Args:
         settings: The ledger to work on.
@@ -112,6 +185,7 @@ async def run_worker_command(
         out: Where the summary goes.
         pool: A pool from :func:`start_parser_early`; closed here. Default: a new one.
     """
+    check_worker_arguments(args)
     if pool is None:
         pool = ParserPool(workers=max(1, min(args.parsers, args.concurrency)))
     try:
@@ -121,61 +195,46 @@ async def run_worker_command(
 
 
 async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: ParserPool) -> None:
-    from core.ingest.worker import Worker, WorkerEvent
+    from core.ingest.worker import Worker
     from core.ledger import Ledger
 
-    if args.concurrency < 1:
-        raise BadInput("--concurrency must be at least 1")
-    if args.parsers < 1:
-        raise BadInput("--parsers must be at least 1")
-    if args.lease is not None and args.lease <= 0:
-        raise BadInput("--lease must be positive")
     options = pipeline_options(args)
-    if options.parser == "pdfium":
-        try:
-            import pypdfium2  # noqa: F401
-        except ImportError as exc:
-            raise BadInput(
-                "--parser pdfium needs the extra: pip install 'ingestdesk[pdfium]'"
-            ) from exc
-    log_stream = sys.stderr if out.as_json else sys.stdout
-
-    def log(event: WorkerEvent) -> None:
-        print(event.line, file=log_stream, flush=True)
-
-    ledger = await Ledger.open(settings)
-    # Start-up is done: what is loaded now lives as long as the process (why and what
-    # it saves: core/gc_tuning.py).
-    freeze_startup_objects()
-    worker = Worker(
-        ledger,
-        args.worker_id,
-        pool=pool,
-        concurrency=args.concurrency,
-        lease_s=args.lease,
-        options=options,
-        on_event=log,
-        register=bool(args.loop or args.until_idle),
-    )
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, worker.stop)
-    try:
-        if args.loop or args.until_idle:
-            await worker.run(until_idle=args.until_idle, stop_grace_s=DEFAULT_STOP_GRACE_S)
-        else:
-            try:
-                if args.task_id:
-                    task_id = (await ledger.reads.get_task(args.task_id)).task_id
-                    await worker.run_task(task_id, stop_grace_s=DEFAULT_STOP_GRACE_S)
-                else:
-                    await worker.run_one(stop_grace_s=DEFAULT_STOP_GRACE_S)
-            finally:
-                await worker.close()
-    finally:
+    # Under --json stdout holds the one answer: the log goes to stderr.
+    log_format = getattr(args, "log_format", "text")
+    with worker_log(sys.stderr if out.as_json else sys.stdout, log_format) as log:
+        ledger = await Ledger.open(settings)
+        # Start-up is done: what is loaded now lives as long as the process (why and
+        # what it saves: core/gc_tuning.py).
+        freeze_startup_objects()
+        worker = Worker(
+            ledger,
+            args.worker_id,
+            pool=pool,
+            concurrency=args.concurrency,
+            lease_s=args.lease,
+            options=options,
+            on_event=log,
+            register=bool(args.loop or args.until_idle),
+        )
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        await ledger.close()
+            loop.add_signal_handler(sig, worker.stop)
+        try:
+            if args.loop or args.until_idle:
+                await worker.run(until_idle=args.until_idle, stop_grace_s=DEFAULT_STOP_GRACE_S)
+            else:
+                try:
+                    if args.task_id:
+                        task_id = (await ledger.reads.get_task(args.task_id)).task_id
+                        await worker.run_task(task_id, stop_grace_s=DEFAULT_STOP_GRACE_S)
+                    else:
+                        await worker.run_one(stop_grace_s=DEFAULT_STOP_GRACE_S)
+                finally:
+                    await worker.close()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await ledger.close()
     stats = worker.stats
     summary: dict[str, Any] = {
         "worker_id": worker.worker_id,
@@ -183,17 +242,16 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
         "missed": stats.missed,
         "outcomes": stats.outcomes,
     }
-    if out.as_json:
-        print(json.dumps(summary, sort_keys=True))
-    elif args.loop or args.until_idle:
-        print(
+    lines: list[str] = []
+    if args.loop or args.until_idle:
+        lines.append(
             f"worker={worker.worker_id} stopped: claimed={len(stats.claimed)} "
             + " ".join(
                 f"{r}={list(stats.outcomes.values()).count(r)}"
                 for r in sorted(set(stats.outcomes.values()))
-            ),
-            flush=True,
+            )
         )
+    out.emit(summary, lines)
 
 
 WORKER = Command("worker", "claim and run ingestion tasks", run_worker, add_worker_arguments)

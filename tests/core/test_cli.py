@@ -669,9 +669,16 @@ def test_a_sync_postgres_driver_url_is_bad_input(tmp_path: Path) -> None:
 @pytest.mark.parametrize("driver", ["sqlite", "sqlite+pysqlite", "sqlite+aiosqlite"])
 def test_every_sqlite_spelling_opens_the_same_ledger(tmp_path: Path, driver: str) -> None:
     url = f"{driver}:///{tmp_path / 'ledger.db'}"
-    result = run(["--db", url, "tasks", "--json"], cwd=tmp_path)
-    assert result.code == 0, result
+    store = ["--store", str(tmp_path / "objects")]
+    # A writer creates the ledger (a reader refuses a missing one) ...
+    path = write(tmp_path / "a.txt", TEXT)
+    (doc,) = ok(run(["--db", url, *store, "upload", str(path), "--json"], cwd=tmp_path))
     assert (tmp_path / "ledger.db").is_file()
+    result = run(["--db", url, *store, "tasks", "--json"], cwd=tmp_path)
+    assert result.code == 0, result
+    # ... and the plain path opens the same ledger.
+    plain = ["--db", str(tmp_path / "ledger.db"), *store, "documents", "--json"]
+    assert [d["document_id"] for d in ok(run(plain, cwd=tmp_path))] == [doc["document_id"]]
 
 
 def test_a_usage_error_under_json_still_prints_one_json_value(cli: Cli) -> None:
@@ -741,11 +748,18 @@ def test_the_environment_chooses_ledger_and_store(tmp_path: Path) -> None:
     assert not (tmp_path / ".ingestdesk").exists()
     listed = ok(run(["tasks", "--json"], cwd=tmp_path, env=env, program=program))
     assert [t["task_id"] for t in listed] == [task["task_id"]]
-    # A flag beats the environment.
+    # A flag beats the environment: a command that only reads names the flag's
+    # ledger and, since it does not exist yet, refuses without creating it ...
     other = tmp_path / "other.db"
+    refused = run(["--db", str(other), "tasks", "--json"], cwd=tmp_path, env=env)
+    assert refused.code == 1, refused
+    assert str(other) in refused.error["message"]
+    assert not other.exists()
+    # ... and a writer creates it there, where readers then find it.
+    ok(run(["--db", str(other), "upload", str(path), "--json"], cwd=tmp_path, env=env))
+    assert other.is_file()
     empty = ok(run(["--db", str(other), "tasks", "--json"], cwd=tmp_path, env=env))
     assert empty == []
-    assert other.is_file()
 
 
 def test_without_settings_the_ledger_lives_in_the_working_directory(tmp_path: Path) -> None:

@@ -1,0 +1,242 @@
+"""``upload`` and ``add``: a batch of files into the ledger, all or nothing.
+
+Every input is read (each with the upload cap enforced while reading) and judged
+before anything is written; then :meth:`~core.ledger.Operator.add_many` stores the
+originals and records the whole batch in one transaction. A Ctrl-C at any point
+therefore leaves either the whole batch or no document at all, and the one line it
+prints says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from core.cli.command import Command, Runner
+from core.cli.options import settings_from_args
+from core.cli.output import EXIT_OK, Interrupted, Output
+from core.config import Settings
+from core.errors import BadInput, IngestDeskError, NotFound
+
+if TYPE_CHECKING:
+    from core.ledger import DocumentView, Ledger, TaskView
+
+NOTHING_ADDED = "interrupted: no document was added"
+UNSURE = (
+    "interrupted while the batch was being recorded: it was added whole or not at all, "
+    "and `ingestdesk documents` shows which"
+)
+
+
+class IssuedIds:
+    """The ledger's id source for one batch, remembering what it hands out.
+
+    :meth:`~core.ledger.Operator.add_many` asks for ids only once every original is
+    stored, just before the one transaction that records the batch: while none has
+    been issued, nothing can have been recorded; once one has, the transaction that
+    holds its row either committed or did not, which one lookup answers.
+    """
+
+    def __init__(self, source: Callable[[], str]) -> None:
+        self.source = source
+        self.issued: list[str] = []
+
+    def __call__(self) -> str:
+        value = self.source()
+        self.issued.append(value)
+        return value
+
+
+def _stdin() -> BinaryIO | None:
+    """stdin's bytes; None when the process has no stdin (started with ``<&-``)."""
+    buffer: BinaryIO | None = getattr(sys.stdin, "buffer", None)
+    return buffer
+
+
+def read_stdin_first(args: argparse.Namespace, max_bytes: int) -> bytes | None:
+    """The upload from stdin (``FILE`` is ``-``), read now, in the main thread; None
+    when stdin is not an input.
+
+    stdin can block for ever (a terminal, a pipe whose writer is silent). Read here, a
+    Ctrl-C interrupts the read itself; read in a worker thread, it could not be
+    stopped, and the process would wait for that thread before it could exit.
+    """
+    if args.files != ["-"] or not args.name:
+        return None  # no stdin input, or one read_inputs refuses without reading
+    from core.intake import read_stream
+
+    return read_stream(_stdin(), max_bytes, args.name)
+
+
+def read_inputs(
+    args: argparse.Namespace,
+    max_bytes: int,
+    stop: threading.Event | None = None,
+    stdin: bytes | None = None,
+) -> list[tuple[bytes, str]]:
+    """Read every input of ``upload``/``add``, each capped at ``max_bytes``, naming
+    every bad one on one line (BadInput) before anything is written.
+
+    Args:
+        args: The parsed command: ``files`` (``-`` is stdin) and ``name``.
+        max_bytes: The upload limit.
+        stop: Set when the command is interrupted: reading stops at the next file
+            (this runs in a thread, which a Ctrl-C cannot cancel).
+        stdin: What :func:`read_stdin_first` read; None reads stdin here.
+    """
+    files: list[str] = args.files
+    if args.name and len(files) != 1:
+        raise BadInput("--name applies to exactly one file")
+    from core.intake import read_stream, read_upload
+
+    inputs: list[tuple[bytes, str]] = []
+    problems: list[str] = []
+    for f in files:
+        if stop is not None and stop.is_set():
+            break
+        try:
+            if f == "-":
+                if not args.name:
+                    raise BadInput("reading from stdin ('-') needs --name NAME")
+                data = read_stream(_stdin(), max_bytes, args.name) if stdin is None else stdin
+                inputs.append((data, args.name))
+            else:
+                inputs.append((read_upload(Path(f), max_bytes), args.name or Path(f).name))
+        except BadInput as exc:
+            problems.append(exc.message)
+    if problems:
+        raise BadInput("; ".join(problems))
+    return inputs
+
+
+def batch_runner(*, submit: bool) -> Runner:
+    """The runner of ``upload`` (``submit=False``) or ``add`` (``submit=True``)."""
+
+    def run(args: argparse.Namespace, out: Output) -> int:
+        settings = settings_from_args(args)
+        stdin = read_stdin_first(args, settings.max_upload_bytes)
+        ids = IssuedIds(_new_id)
+        try:
+            asyncio.run(_add_batch(settings, args, out, ids, stdin, submit=submit))
+        except KeyboardInterrupt:
+            # A second Ctrl-C (the first is a cancellation, answered in _add_batch).
+            raise Interrupted(UNSURE if ids.issued else NOTHING_ADDED) from None
+        return EXIT_OK
+
+    return run
+
+
+def _new_id() -> str:
+    from core.ledger import new_id
+
+    return new_id()
+
+
+async def _add_batch(
+    settings: Settings,
+    args: argparse.Namespace,
+    out: Output,
+    ids: IssuedIds,
+    stdin: bytes | None,
+    *,
+    submit: bool,
+) -> None:
+    from core.ledger import Ledger
+
+    stop = threading.Event()
+    ledger: Ledger | None = None
+    try:
+        ledger = await Ledger.open(settings, ids=ids)
+        max_bytes = ledger.settings.max_upload_bytes
+        inputs = await asyncio.to_thread(read_inputs, args, max_bytes, stop, stdin)
+        added = await ledger.operator.add_many(inputs, submit=submit, actor=args.actor)
+    except asyncio.CancelledError:
+        # Ctrl-C: asyncio.run turns the first SIGINT into this cancellation.
+        stop.set()
+        if ledger is not None:
+            # Closing waits for a transaction already handed to the database.
+            await ledger.close()
+            ledger = None
+        raise Interrupted(await _what_was_left(settings, ids, len(args.files))) from None
+    finally:
+        if ledger is not None:
+            await ledger.close()
+    _answer(out, added, submit=submit)
+
+
+async def _what_was_left(settings: Settings, ids: IssuedIds, files: int) -> str:
+    """What an interrupted batch left: nothing, or (interrupted during its commit)
+    the whole batch."""
+    if not ids.issued:
+        return NOTHING_ADDED
+    from core.ledger import Ledger
+
+    try:
+        async with await Ledger.open(settings, create=False) as ledger:
+            first = ids.issued[0]  # a document's or a task's: both commit together
+            if not await _exists(ledger, first):
+                return NOTHING_ADDED
+    except IngestDeskError:
+        return UNSURE
+    return (
+        f"interrupted too late: the whole batch was already recorded ({files} "
+        "documents added; `ingestdesk documents` lists them)"
+    )
+
+
+async def _exists(ledger: Ledger, record_id: str) -> bool:
+    for lookup in (ledger.reads.get_document, ledger.reads.get_task):
+        try:
+            await lookup(record_id)
+            return True
+        except NotFound:
+            continue
+    return False
+
+
+def _answer(
+    out: Output, added: list[tuple[DocumentView, TaskView | None]], *, submit: bool
+) -> None:
+    if not submit:
+        out.emit(
+            [d.to_dict() for d, _ in added],
+            [
+                f"uploaded document={d.document_id} kind={d.kind.value} name={d.filename}"
+                for d, _ in added
+            ],
+        )
+        return
+    tasks = [(d, t) for d, t in added if t is not None]
+    out.emit(
+        [t.to_dict() for _, t in tasks],
+        [
+            f"submitted task={t.task_id} document={t.document_id} name={d.filename}"
+            for d, t in tasks
+        ],
+    )
+
+
+def _files(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="a path, or - for stdin")
+    parser.add_argument("--name", help="display name (required with -)")
+
+
+UPLOAD = Command(
+    "upload",
+    "store files as draft documents",
+    batch_runner(submit=False),
+    _files,
+    interrupted=NOTHING_ADDED,
+)
+ADD = Command(
+    "add",
+    "upload files and submit each for ingestion",
+    batch_runner(submit=True),
+    _files,
+    interrupted=NOTHING_ADDED,
+)

@@ -1,0 +1,443 @@
+"""Every command the README shows, run as written, doing what the README says.
+
+A README command that silently ignored an option (``tasks --filter``) once passed 351
+tests; here each example under "Using it" (the race too) runs through the installed
+``ingestdesk`` in a scratch folder with no ledger settings, so it uses
+``./.ingestdesk/`` exactly as a reader's shell would. The README's placeholder files
+are created for real (``report.pdf`` is one the parser refuses, so "what failed, and
+why" has an answer) and its placeholder ids are replaced by the real ones. Each row of
+the CLI reference is run in a concrete form. Screens (the dashboard, ``demo``,
+``race``) run up to the point where Textual would take over the terminal: a stand-in
+for :mod:`tui.app` records what they were asked to open.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.hostile as hostile
+from core import Settings, sqlite_url
+from core.demo import DEMO_DB_FILE
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+CLI_TIMEOUT_S = 120.0  # seconds one command may take
+NOTES = b"# Runbook\n\nLeases expire after thirty seconds; the reaper requeues the task.\n"
+# The README's placeholders, and what the tests put in their place.
+EXAMPLE_TASK_ID = "3f2a9c1e"
+TASK_ID = "TASK_ID"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One command line of a README ``sh`` block, and its trailing comment."""
+
+    argv: list[str]
+    comment: str
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def value(self) -> Any:
+        return json.loads(self.stdout)
+
+    @property
+    def lines(self) -> list[str]:
+        return self.stdout.splitlines()
+
+
+def section(title: str) -> str:
+    """The README text under ``## title``, up to the next ``## `` heading."""
+    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def sh_blocks(text: str) -> list[list[Example]]:
+    """The ``sh`` code blocks of ``text``, each as its command lines."""
+    blocks = []
+    for body in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL):
+        examples = []
+        for line in body.splitlines():
+            command, _, comment = line.partition("  #")
+            if command.strip() and not command.lstrip().startswith("#"):
+                examples.append(Example(shlex.split(command), comment.strip()))
+        blocks.append(examples)
+    return blocks
+
+
+def reference_commands() -> set[str]:
+    """The command words of the CLI reference table (``--version`` included)."""
+    rows = re.findall(r"^\| `ingestdesk ([\w-]+)", section("CLI reference"), flags=re.MULTILINE)
+    return set(rows)
+
+
+def ingestdesk_program() -> list[str]:
+    script = Path(sys.executable).with_name("ingestdesk")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tui.cli"]
+
+
+def scratch_env() -> dict[str, str]:
+    """The environment without ledger settings: the default ./.ingestdesk/ is used."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("INGESTDESK_")}
+
+
+def shell(argv: list[str], cwd: Path, stdin: bytes = b"") -> Ran:
+    """Run ``ingestdesk …`` as a shell would (``argv[0]`` is ``ingestdesk``)."""
+    assert argv[0] == "ingestdesk", argv
+    proc = subprocess.run(
+        [*ingestdesk_program(), *argv[1:]],
+        cwd=cwd,
+        env=scratch_env(),
+        input=stdin,
+        capture_output=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+    return Ran(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+def ok(ran: Ran) -> Ran:
+    assert ran.code == 0, ran
+    return ran
+
+
+def tasks_of(cwd: Path) -> dict[str, dict[str, Any]]:
+    """The scratch ledger's tasks by document name (a check, not a README example)."""
+    return {t["document_name"]: t for t in ok(shell(["ingestdesk", "tasks", "--json"], cwd)).value}
+
+
+class Screens:
+    """A stand-in for :mod:`tui.app`: records which screen was asked for, on which
+    ledger, instead of taking over the terminal."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, Settings, dict[str, Any]]] = []
+        self.module = types.ModuleType("tui.app")
+        self.module.run_dashboard = self._dashboard  # type: ignore[attr-defined]
+        self.module.run_race = self._race  # type: ignore[attr-defined]
+
+    def _dashboard(self, settings: Settings, **options: Any) -> int:
+        self.opened.append(("dashboard", settings, options))
+        return 0
+
+    def _race(self, settings: Settings) -> int:
+        self.opened.append(("race", settings, {}))
+        return 0
+
+
+@pytest.fixture
+def screens(monkeypatch: pytest.MonkeyPatch) -> Screens:
+    fake = Screens()
+    monkeypatch.setitem(sys.modules, "tui.app", fake.module)
+    return fake
+
+
+@pytest.fixture
+def in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[[list[str], Path], Ran]:
+    """Run an ``ingestdesk`` example that opens a screen, in this process (so the
+    screen can be stood in for), from ``cwd`` with no ledger settings."""
+    from tui.cli import main
+
+    for name in [k for k in os.environ if k.startswith("INGESTDESK_")]:
+        monkeypatch.delenv(name)
+
+    def go(argv: list[str], cwd: Path) -> Ran:
+        assert argv[0] == "ingestdesk", argv
+        monkeypatch.chdir(cwd)
+        code = main(argv[1:])
+        captured = capsys.readouterr()
+        return Ran(code, captured.out, captured.err)
+
+    return go
+
+
+def default_ledger(cwd: Path) -> str:
+    return sqlite_url(cwd / ".ingestdesk" / "ledger.db")
+
+
+# ------------------------------------------------------------------------- Using it
+
+
+def test_only_the_known_sections_hold_sh_examples() -> None:
+    """A new ``sh`` block anywhere else must get a test here too."""
+    holders = {
+        title
+        for title in re.findall(r"^## (.+)$", README, flags=re.MULTILINE)
+        if "```sh" in section(title)
+    }
+    # Quickstart installs (tests/test_docs.py checks CI runs its test command);
+    # Benchmarks run minutes-long measurements (tests/test_bench_smoke.py).
+    assert holders == {"Quickstart", "Using it", "Benchmarks"}
+
+
+def test_using_it_does_what_the_readme_says(
+    tmp_path: Path, screens: Screens, in_process: Callable[[list[str], Path], Ran]
+) -> None:
+    (block, _race) = sh_blocks(section("Using it"))
+    assert [e.argv[:2] for e in block] == [
+        ["ingestdesk", "add"],
+        ["ingestdesk", "worker"],
+        ["ingestdesk", "tasks"],
+        ["ingestdesk", "retry"],
+        ["ingestdesk"],
+    ], "the README's first example changed: update this test with it"
+    add, worker, tasks, retry, dashboard = block
+    # The README's files, for real: report.pdf is a PDF the parser cannot read.
+    (tmp_path / "report.pdf").write_bytes(hostile.truncated_pdf())
+    (tmp_path / "notes.md").write_bytes(NOTES)
+
+    # "upload + submit; returns at once": both queued, nothing run yet.
+    added = ok(shell(add.argv, tmp_path))
+    assert [line.split()[0] for line in added.lines] == ["submitted", "submitted"]
+    assert {t["status"] for t in tasks_of(tmp_path).values()} == {"queued"}
+
+    # "a worker process drains the queue".
+    drained = ok(shell(worker.argv, tmp_path))
+    assert "stopped: claimed=2" in drained.lines[-1]
+    states = {name: (t["status"], t["error_code"]) for name, t in tasks_of(tmp_path).items()}
+    assert states == {"report.pdf": ("failed", "parse_error"), "notes.md": ("succeeded", None)}
+
+    # "what failed, and why": the failed task only, with its error code.
+    failed = ok(shell(tasks.argv, tmp_path))
+    assert len(failed.lines) == 1, failed
+    assert "failed" in failed.lines[0] and "parse_error" in failed.lines[0]
+    assert "report.pdf" in failed.lines[0] and "notes.md" not in failed.stdout
+
+    # "requeue a failed task", by the short id the dashboard and `tasks` show.
+    report = tasks_of(tmp_path)["report.pdf"]
+    assert EXAMPLE_TASK_ID in retry.argv
+    argv = [report["task_id"][:8] if a == EXAMPLE_TASK_ID else a for a in retry.argv]
+    assert ok(shell(argv, tmp_path)).stdout.startswith(f"requeued task={report['task_id']}")
+    shown = ok(shell(["ingestdesk", "task", report["task_id"], "--json"], tmp_path)).value
+    assert (shown["status"], shown["history"][-1]["reason"]) == ("queued", "fixed")
+
+    # "the dashboard on ./.ingestdesk/".
+    assert dashboard.argv == ["ingestdesk"]
+    assert in_process(dashboard.argv, tmp_path).code == 0
+    ((screen, settings, options),) = screens.opened
+    assert (screen, settings.db_url, options) == (
+        "dashboard",
+        default_ledger(tmp_path),
+        {"workers": 2, "read_only": False},
+    )
+
+
+def test_the_race_example_does_what_the_readme_says(
+    tmp_path: Path, screens: Screens, in_process: Callable[[list[str], Path], Ran]
+) -> None:
+    (_block, race) = sh_blocks(section("Using it"))
+    add, *panes = race
+    assert add.argv == ["ingestdesk", "add", "big.pdf", "--json"]
+    assert len(panes) == 2 and all(TASK_ID in p.argv for p in panes)
+    pages = [f"Page {i}: leases, claims and workers. " * 20 for i in range(30)]
+    (tmp_path / "big.pdf").write_bytes(hostile.make_pdf(pages))
+    (task,) = ok(shell(add.argv, tmp_path)).value  # "note the task_id"
+    task_id = task["task_id"]
+
+    # Two terminals at once: one claims, the other's claim misses (an answer, exit 0).
+    procs = []
+    for pane in panes:
+        argv = [task_id if a == TASK_ID else a for a in pane.argv]
+        procs.append(
+            subprocess.Popen(
+                [*ingestdesk_program(), *argv[1:]],
+                cwd=tmp_path,
+                env=scratch_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    outputs = [p.communicate(timeout=CLI_TIMEOUT_S)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    outcomes = set()
+    for pane, out in zip(panes, outputs, strict=True):
+        me = pane.argv[pane.argv.index("--worker-id") + 1]
+        if f"claimed task={task_id[:8]} worker={me}" in out:
+            outcomes.add("claimed")
+        if f"claim missed task={task_id[:8]} worker={me}" in out:
+            outcomes.add("missed")
+    assert outcomes == {"claimed", "missed"}, outputs
+    # The comments show what each pane prints.
+    assert "claimed task=… worker=worker-one" in panes[0].comment
+    assert "claim missed task=… worker=worker-two" in panes[1].comment
+
+    # "(or `ingestdesk race` in one)".
+    assert "(or `ingestdesk race` in one)" in section("Using it")
+    assert in_process(["ingestdesk", "race"], tmp_path).code == 0
+    assert [(s, st.db_url) for s, st, _ in screens.opened] == [("race", default_ledger(tmp_path))]
+
+
+# -------------------------------------------------------------------- CLI reference
+
+
+def test_every_cli_reference_row_does_what_it_says(
+    tmp_path: Path, screens: Screens, in_process: Callable[[list[str], Path], Ran]
+) -> None:
+    covered: set[str] = set()
+
+    def run(*args: str, stdin: bytes = b"") -> Ran:
+        covered.add(args[0])
+        return shell(["ingestdesk", *args], tmp_path, stdin)
+
+    def value(*args: str, stdin: bytes = b"") -> Any:
+        return ok(run(*args, "--json", stdin=stdin)).value
+
+    for name, data in {
+        "a.txt": b"Quarterly ingestion report: the reaper requeued nine tasks.\n",
+        "b.md": NOTES,
+        "c.txt": b"Another note, to be renamed on the way in.\n",
+        "bad.pdf": hostile.truncated_pdf(),
+    }.items():
+        (tmp_path / name).write_bytes(data)
+
+    # upload FILE… [--name NAME]: store files as draft documents (- reads stdin, needs --name)
+    drafts = value("upload", "a.txt", "b.md")
+    assert [(d["filename"], d["status"]) for d in drafts] == [("a.txt", "draft"), ("b.md", "draft")]
+    (piped,) = value("upload", "-", "--name", "piped.txt", stdin=b"From a pipe.\n")
+    assert (piped["filename"], piped["status"]) == ("piped.txt", "draft")
+    assert run("upload", "-", stdin=b"no name\n").code == 2
+
+    # add FILE… [--name NAME]: upload and submit each file
+    (renamed,) = value("add", "c.txt", "--name", "renamed.txt")
+    assert renamed["status"] == "queued"
+    (bad,) = value("add", "bad.pdf")
+
+    # submit DOC_ID: submit a draft document: creates a queued task
+    a_task = value("submit", drafts[0]["document_id"])
+    assert (a_task["status"], a_task["document_id"]) == ("queued", drafts[0]["document_id"])
+
+    # tasks [--status S] [--error-code C] [--filter EXPR] [--limit N]: tasks, newest first
+    listed = value("tasks")
+    assert [t["task_id"] for t in listed] == [a_task["task_id"], bad["task_id"], renamed["task_id"]]
+    narrowed = value("tasks", "--status", "queued", "--filter", "name:renamed", "--limit", "5")
+    assert [t["task_id"] for t in narrowed] == [renamed["task_id"]]
+    assert len(value("tasks", "--limit", "1")) == 1
+
+    # task TASK_ID: one task with its event history (the audit log)
+    assert "-> queued" in ok(run("task", renamed["task_id"][:8])).stdout
+
+    # documents [--status S]
+    assert {d["filename"] for d in value("documents", "--status", "draft")} == {
+        "b.md",
+        "piped.txt",
+    }
+
+    # document DOC_ID: one document: status, row version, its tasks
+    shown = ok(run("document", drafts[0]["document_id"][:8])).stdout
+    assert "processing (row version 2)" in shown and a_task["task_id"][:8] in shown
+
+    # cancel TASK_ID | --filter EXPR | --all [--dry-run] [--reason R]
+    dry = value("cancel", "--filter", "name:renamed", "--dry-run")
+    assert (dry["matched"], dry["eligible"], dry["done"]) == (1, 1, 0)
+    assert value("cancel", "--all", "--dry-run")["eligible"] == 3
+    cancelled = value("cancel", renamed["task_id"], "--reason", "renamed by mistake")
+    assert cancelled["status"] == "cancelled"
+    assert value("document", renamed["document_id"])["status"] == "draft"
+
+    # worker [TASK_ID] [--loop | --until-idle] [--concurrency N] [--parsers N]
+    #        [--worker-id NAME] [--lease S] [--parser …] [--chunk-size N]
+    #        [--chunk-overlap N] [--log-format text|json]: claim and run tasks
+    one = ok(run("worker", a_task["task_id"], "--worker-id", "ref-one"))
+    assert f"claimed task={a_task['task_id'][:8]} worker=ref-one" in one.stdout
+    drained = ok(
+        run(
+            "worker", "--until-idle", "--concurrency", "2", "--parsers", "1",
+            "--worker-id", "ref-two", "--lease", "30", "--parser", "pypdf",
+            "--chunk-size", "400", "--chunk-overlap", "40", "--log-format", "json",
+        )
+    )  # fmt: skip
+    *log, summary = drained.lines
+    assert summary == "worker=ref-two stopped: claimed=1 failed=1"
+    assert all(json.loads(line)["worker_id"] == "ref-two" for line in log)
+    assert value("task", bad["task_id"])["error_code"] == "parse_error"
+
+    # retry TASK_ID | --filter EXPR | --all [--dry-run] [--reason R]: requeue failed tasks
+    assert value("retry", "--all", "--dry-run")["eligible"] == 1
+    assert value("retry", "--filter", "code:parse_error", "--dry-run")["eligible"] == 1
+    assert value("retry", bad["task_id"][:8], "--reason", "re-exported")["status"] == "queued"
+    # ... and a --loop worker keeps polling until stopped (SIGTERM hands back, exits 0).
+    looping = subprocess.Popen(
+        [*ingestdesk_program(), "worker", "--loop", "--worker-id", "ref-loop"],
+        cwd=tmp_path,
+        env=scratch_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    covered.add("worker")
+    assert looping.stdout is not None
+    deadline = time.monotonic() + CLI_TIMEOUT_S
+    while "task=" not in (line := looping.stdout.readline()) or "failed" not in line:
+        assert line and time.monotonic() < deadline, "the looping worker never ran the task"
+    time.sleep(0.3)  # idle now: still polling, not exited
+    assert looping.poll() is None
+    looping.send_signal(signal.SIGTERM)
+    rest, _ = looping.communicate(timeout=CLI_TIMEOUT_S)
+    assert looping.returncode == 0
+    assert "worker=ref-loop stopped: claimed=1" in rest
+
+    # publish DOC_ID: approve a reviewed document: it becomes searchable
+    doc_a = drafts[0]["document_id"]
+    assert value("document", doc_a)["status"] == "review_pending"
+    # search QUERY [--all]: full-text search over published documents
+    assert ok(run("search", "reaper")).stdout.startswith("no matches")
+    assert [h["document_id"] for h in value("search", "reaper", "--all")] == [doc_a]
+    assert value("publish", doc_a[:8])["status"] == "published"
+    hits = ok(run("search", "reaper"))
+    assert hits.lines[0].startswith(doc_a[:8]) and "a.txt" in hits.lines[0]
+
+    # chunks DOC_ID: a document's chunks (ordinal, page, text)
+    (chunk,) = ok(run("chunks", doc_a[:8])).lines
+    assert chunk.split()[0] == "0" and "reaper requeued" in chunk
+
+    # errors: the error codes, what they mean, what to do
+    errors = ok(run("errors")).stdout
+    for code in ("parse_error", "empty_document", "lease_expired", "internal_error"):
+        assert code in errors
+
+    # --version: the installed version
+    from importlib.metadata import version
+
+    assert ok(run("--version")).stdout == f"ingestdesk {version('ingestdesk')}\n"
+
+    # dashboard [--workers N] [--read-only]: the dashboard (also plain `ingestdesk`)
+    assert (
+        in_process(["ingestdesk", "dashboard", "--workers", "0", "--read-only"], tmp_path).code == 0
+    )
+    # demo [DIR]: build a demo ledger with a generated corpus and open the dashboard on it
+    built = in_process(["ingestdesk", "demo", "demo-here"], tmp_path)
+    assert built.code == 0 and "building a demo ledger in demo-here" in built.stdout
+    assert (tmp_path / "demo-here" / DEMO_DB_FILE).is_file()
+    # race: the claim-race demonstration in one screen
+    assert in_process(["ingestdesk", "race"], tmp_path).code == 0
+    covered |= {"dashboard", "demo", "race"}
+    demo_ledger = sqlite_url(tmp_path / "demo-here" / DEMO_DB_FILE)
+    assert [(s, st.db_url, o) for s, st, o in screens.opened] == [
+        ("dashboard", default_ledger(tmp_path), {"workers": 0, "read_only": True}),
+        ("dashboard", demo_ledger, {"workers": 2, "read_only": False}),
+        ("race", default_ledger(tmp_path), {}),
+    ]
+
+    # Every row of the reference was run (a new row needs an example above).
+    assert covered == reference_commands()
