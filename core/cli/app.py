@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from core.cli import documents, tasks, uploads, worker
+from core.cli import documents, serve, tasks, uploads, worker
 from core.cli.command import Command
 from core.cli.options import CliParser, UsageError, common_options, default_actor
 from core.cli.output import (
@@ -49,6 +49,8 @@ CORE_COMMANDS: tuple[Command, ...] = (
     documents.SEARCH,
     tasks.ERROR_CODES,
     worker.WORKER,
+    serve.SERVE,
+    serve.TOKENS,
 )
 
 

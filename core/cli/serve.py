@@ -1,0 +1,144 @@
+"""``ingestdesk serve``: the HTTP API on the configured ledger and store, and
+``ingestdesk tokens``: who may use it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import TYPE_CHECKING
+
+from core.cli.command import Command, on_ledger
+from core.cli.options import common_options, settings_from_args, whole_number
+from core.cli.output import EXIT_OK, Output, write_line
+from core.errors import BadInput
+from core.safe_text import visible
+from core.states import Role
+
+if TYPE_CHECKING:
+    from core.ledger import Ledger
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+PORT_MAX = 65_535
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})"
+    )
+    parser.add_argument(
+        "--port",
+        type=whole_number(0, PORT_MAX),
+        default=DEFAULT_PORT,
+        help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
+
+
+def run_serve(args: argparse.Namespace, out: Output) -> int:
+    """Open the ledger, refuse an open server on a public address, then serve until
+    SIGINT/SIGTERM (uvicorn finishes the requests in flight, then the app closes the
+    ledger)."""
+    import uvicorn
+
+    from core.api import create_app
+    from core.api.auth import is_loopback
+    from core.ledger import Ledger
+    from core.ledger.transactions import shown_url
+
+    settings = settings_from_args(args)
+
+    async def tokens_exist() -> bool:
+        async with await Ledger.open(settings) as ledger:
+            return await ledger.tokens.any_active()
+
+    if not is_loopback(args.host) and not asyncio.run(tokens_exist()):
+        raise BadInput(
+            f"refusing to listen on {args.host} with no API token: anyone who can reach "
+            "it could change the ledger. Create one (ingestdesk tokens create NAME --role "
+            "operator) or listen on 127.0.0.1"
+        )
+    config = uvicorn.Config(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        # A proxy's X-Forwarded-For must not make a remote client look local.
+        proxy_headers=False,
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    write_line(
+        f"serving the ledger {shown_url(settings.db_url)} on http://{args.host}:{args.port} "
+        "(API docs at /docs; Ctrl-C or SIGTERM stops)"
+    )
+    server.run()
+    return EXIT_OK
+
+
+SERVE = Command(
+    "serve",
+    "the HTTP API on this ledger (uploads, 202 submits, reads, cancel, retry, publish)",
+    run_serve,
+    _serve_arguments,
+    interrupted="stopped serving",
+)
+
+
+# ---------------------------------------------------------------------------- tokens
+
+
+def _tokens_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="tokens_action", metavar="ACTION", required=True)
+    # The global options (--json, --db …) are accepted after the action too.
+    common = [common_options(top_level=False)]
+    create = actions.add_parser(
+        "create", help="a new token (printed once; keep it)", parents=common
+    )
+    create.add_argument("name", help="who uses it; the actor in the history")
+    create.add_argument(
+        "--role",
+        required=True,
+        choices=[r.value for r in Role],
+        help="viewer reads; operator also uploads, submits, cancels, retries; "
+        "publisher also publishes",
+    )
+    actions.add_parser(
+        "list", help="every token's name, role and state (no secrets)", parents=common
+    )
+    revoke = actions.add_parser("revoke", help="stop a token from working", parents=common)
+    revoke.add_argument("name")
+
+
+async def cmd_tokens(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    """``ingestdesk tokens create|list|revoke``."""
+    if args.tokens_action == "create":
+        new = await ledger.tokens.create(args.name, args.role)
+        out.emit(
+            new.to_dict(),
+            [
+                f"token for {visible(new.name)} ({new.role.value}):",
+                new.token,
+                "It is shown only now; the ledger keeps only its hash.",
+            ],
+        )
+    elif args.tokens_action == "list":
+        tokens = await ledger.tokens.list()
+        out.emit(
+            [t.to_dict() for t in tokens],
+            [
+                f"{visible(t.name):<24} {t.role.value:<10} {'active' if t.active else 'revoked'}"
+                for t in tokens
+            ]
+            or ["no tokens: the API serves local clients only"],
+        )
+    else:
+        view = await ledger.tokens.revoke(args.name)
+        out.emit(view.to_dict(), f"revoked token {visible(view.name)}")
+
+
+TOKENS = Command(
+    "tokens",
+    "API tokens: create NAME --role R, list, revoke NAME",
+    on_ledger(cmd_tokens),
+    _tokens_arguments,
+)
