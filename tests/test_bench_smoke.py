@@ -24,6 +24,7 @@ EXPECTED_LINES = {
         "ratio rate(20k)/rate(1k), ledger batched:",
         "ratio add/bare durable write:",
     ),
+    "bench.api": ("ratio GET task / floor requests/s:",),
     "bench.ingest": (
         "ratio large, 1 worker time / bare pypdf time:",
         "ratio large, speed-up 2 workers / 1 worker:",

@@ -187,7 +187,7 @@ def test_only_the_known_sections_hold_sh_examples() -> None:
     }
     # Quickstart installs (tests/test_docs.py checks CI runs its test command);
     # Benchmarks run minutes-long measurements (tests/test_bench_smoke.py).
-    assert holders == {"Quickstart", "Using it", "Benchmarks"}
+    assert holders == {"Quickstart", "Using it", "The HTTP API", "Benchmarks"}
 
 
 def test_using_it_does_what_the_readme_says(
@@ -439,5 +439,129 @@ def test_every_cli_reference_row_does_what_it_says(
         ("race", default_ledger(tmp_path), {}),
     ]
 
+    # tokens create NAME --role R | list | revoke NAME: shown once, kept as a hash
+    made = value("tokens", "create", "ref-bot", "--role", "viewer")
+    assert made["token"].startswith("idk_") and made["role"] == "viewer"
+    listed_tokens = ok(run("tokens", "list")).stdout
+    assert "ref-bot" in listed_tokens and made["token"] not in listed_tokens
+    assert value("tokens", "revoke", "ref-bot")["revoked_at"] is not None
+    # serve [--host H] [--port P]: the HTTP API on this ledger (tests/api go further)
+    port = free_port()
+    server = subprocess.Popen(
+        [*ingestdesk_program(), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=tmp_path,
+        env=scratch_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    covered.add("serve")
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/healthz", server)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=CLI_TIMEOUT_S)
+    assert "Application shutdown complete" in out, out
+
     # Every row of the reference was run (a new row needs an example above).
     assert covered == reference_commands()
+
+
+# ---------------------------------------------------------------------- The HTTP API
+
+API_PORT = 8000  # the README's examples name this port
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_http(url: str, process: subprocess.Popen[str]) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + CLI_TIMEOUT_S
+    while True:
+        assert process.poll() is None, process.communicate()[0]
+        try:
+            with urllib.request.urlopen(url, timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        assert time.monotonic() < deadline, f"{url} never answered"
+        time.sleep(0.1)
+
+
+def port_is_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_the_http_api_examples_do_what_the_readme_says(tmp_path: Path) -> None:
+    """The two terminals and every curl line, as written, in a scratch folder."""
+    if not port_is_free(API_PORT):
+        pytest.skip(f"port {API_PORT}, which the README's examples use, is taken here")
+    terminals, curls = sh_blocks(section("The HTTP API"))
+    assert [e.argv for e in terminals] == [
+        ["ingestdesk", "serve"],
+        ["ingestdesk", "worker", "--loop"],
+    ], "the README's API example changed: update this test with it"
+    (tmp_path / "notes.md").write_bytes(NOTES)
+    started = [
+        subprocess.Popen(
+            [*ingestdesk_program(), *e.argv[1:]],
+            cwd=tmp_path,
+            env=scratch_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for e in terminals
+    ]
+    server, worker = started
+    try:
+        wait_for_http(f"http://127.0.0.1:{API_PORT}/healthz", server)
+        ids: dict[str, str] = {}
+
+        def curl(example: Example) -> Any:
+            line = " ".join(shlex.quote(a) for a in example.argv)
+            for placeholder, real in ids.items():
+                line = line.replace(placeholder, real)
+            done = subprocess.run(
+                line, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0, done
+            return json.loads(done.stdout)
+
+        upload, submit, task, failed, publish, search = curls
+        doc = curl(upload)
+        assert (doc["filename"], doc["status"]) == ("notes.md", "draft")
+        ids["DOC_ID"] = doc["document_id"]
+        queued = curl(submit)
+        assert (queued["status"], queued["stage"], queued["attempt"]) == ("queued", "download", 0)
+        ids["TASK_ID"] = queued["task_id"]
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        while (seen := curl(task))["status"] != "succeeded":  # terminal 2's worker runs it
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.2)
+        assert curl(failed) == {"tasks": [], "next_cursor": None}
+        assert curl(publish)["status"] == "published"
+        (hit,) = curl(search)
+        assert hit["document_id"] == ids["DOC_ID"] and "Leases expire" in hit["text"]
+    finally:
+        for process in reversed(started):
+            process.send_signal(signal.SIGTERM)
+        outputs = [p.communicate(timeout=CLI_TIMEOUT_S)[0] for p in started]
+    assert "Application shutdown complete" in outputs[0], outputs[0]
+    assert worker.returncode == 0, outputs[1]
