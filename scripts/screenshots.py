@@ -4,7 +4,8 @@
 
 Builds a demo ledger in a temporary folder (``core.demo``), runs the app headlessly
 with two in-process workers parsing the demo corpus, drives it with Textual's Pilot
-and saves one SVG per screen: main, failures, detail, race and help. With ``--png``
+and saves one SVG per screen: main, failures, detail, race and help, and the main
+screen once more in an 80x24 terminal (main-80x24: the narrow layout). With ``--png``
 (and cairosvg installed) a PNG of each is written too, for a quick look.
 """
 
@@ -31,9 +32,11 @@ from tui.screens.failures import FailuresScreen  # noqa: E402
 from tui.screens.help import HelpScreen  # noqa: E402
 from tui.screens.race import RaceScreen  # noqa: E402
 from tui.screens.task_detail import TaskDetailScreen  # noqa: E402
+from tui.widgets.task_columns import NARROW, WIDE  # noqa: E402
 from tui.widgets.task_table import TaskTable  # noqa: E402
 
 SIZE = (160, 48)  # columns, rows
+SMALL_SIZE = (80, 24)  # the smallest terminal the dashboard is made for
 WAIT_S = 60.0  # seconds any one step may take
 SETTLE_S = 0.6  # seconds for a screen to finish painting before its picture
 
@@ -72,6 +75,14 @@ async def shoot(out: Path, png: bool) -> list[Path]:
                     "work to flow",
                 )
                 await save("main", settle_s=0.1)
+
+                # The same moment in an 80x24 terminal: the narrow layout.
+                table = app.screen.query_one(TaskTable)
+                await pilot.resize_terminal(*SMALL_SIZE)
+                await until(pilot, lambda: table.column_layout is NARROW, "the narrow layout")
+                await save("main-80x24", settle_s=0.3)
+                await pilot.resize_terminal(*SIZE)
+                await until(pilot, lambda: table.column_layout is WIDE, "the wide layout")
 
                 idle = (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.RETRY_WAIT)
                 await until(pilot, lambda: not any(count(s) for s in idle), "the queue to drain")
@@ -137,7 +148,9 @@ def to_png(svgs: list[Path]) -> list[Path]:
     pngs = []
     for svg in svgs:
         png = svg.with_suffix(".png")
-        cairosvg.svg2png(url=str(svg), write_to=str(png), output_width=1600)
+        # The same scale for every picture: an 80-column one is half as wide.
+        width = 1600 if "80x24" not in svg.stem else 1600 * SMALL_SIZE[0] // SIZE[0]
+        cairosvg.svg2png(url=str(svg), write_to=str(png), output_width=width)
         pngs.append(png)
     return pngs
 

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import events, work
 from textual.app import App, SystemCommand
@@ -24,15 +24,28 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Input
 
-from core import IngestDeskError, Ledger, Operator, ParserPool, Reads, Settings, WorkerView
+from core import (
+    IngestDeskError,
+    Ledger,
+    Operator,
+    ParserPool,
+    Reads,
+    Settings,
+    WorkerView,
+    visible,
+)
 from core.gc_tuning import tuned_for_interactive_use
 from tui import policy
 from tui.desk import Desk
+from tui.format import ledger_label, shown_lines, without_password
 from tui.mirror import LedgerMirror
 from tui.poller import POLL_INTERVAL_S, Poller
 from tui.screens.dashboard import DashboardScreen
 from tui.widgets.task_table import WINDOW_ROWS
 from tui.workforce import Workforce
+
+if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
 
 
 class IngestDeskApp(App[int]):
@@ -108,7 +121,8 @@ class IngestDeskApp(App[int]):
         )
         self._lifetime = ExitStack()  # what on_unmount undoes
         self._quitting = False
-        self.sub_title = settings.db_url.split("///")[-1] + ("  [read-only]" if read_only else "")
+        self.db_url = settings.db_url
+        self.sub_title = ledger_label(settings.db_url, read_only=read_only)
 
     @property
     def desk(self) -> Desk:
@@ -123,6 +137,40 @@ class IngestDeskApp(App[int]):
     def poll_soon(self) -> None:
         """Read the ledger's changes now (after an action) instead of at the next tick."""
         self.poller.poll_soon()
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Show a notification, always as plain text.
+
+        Every notification here may quote what users supplied (document names, paths,
+        worker ids, filter text, the ledger's refusals, a driver's error): unsafe
+        characters are shown escaped, the ledger's password never appears, and
+        ``markup`` is ignored — a name like ``[bold]x[/]`` is shown as written, and
+        one like ``[/x]`` cannot break the toast. (Screens' ``notify`` always passes
+        ``markup``, so it cannot simply default to False.)
+        """
+        super().notify(
+            shown_lines(without_password(message, self.db_url)),
+            title=shown_lines(without_password(title, self.db_url)),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
+
+    def action_help_quit(self) -> None:
+        """Ctrl+C: say which key quits. (Textual's own wording is markup, which
+        notifications here never parse.)"""
+        self.notify(
+            "press q to quit: workers hand their running tasks back first",
+            title="Do you want to quit?",
+        )
 
     # ----------------------------------------------------------------- lifetime
 
@@ -295,14 +343,21 @@ def _default_actor() -> str:
         return "operator"
 
 
+def _one_line(message: str, settings: Settings) -> str:
+    """A message for stderr: one line, unsafe characters escaped, and no password (a
+    driver's error may quote the URL it was given)."""
+    return visible(without_password(message, settings.db_url))
+
+
 async def _run(settings: Settings, **options: object) -> int:
     try:
         ledger = await Ledger.open(settings)
     except IngestDeskError as exc:
-        print(f"ingestdesk: {exc.message}", file=sys.stderr)
+        print(f"ingestdesk: {_one_line(exc.message, settings)}", file=sys.stderr)
         return exc.exit_code or 1
     except Exception as exc:  # e.g. a driver error before the ledger's own checks
-        print(f"ingestdesk: cannot open the ledger: {type(exc).__name__}: {exc}", file=sys.stderr)
+        why = _one_line(f"{type(exc).__name__}: {exc}", settings)
+        print(f"ingestdesk: cannot open the ledger: {why}", file=sys.stderr)
         return 1
     try:
         app = IngestDeskApp(ledger, **options)  # type: ignore[arg-type]

@@ -1,14 +1,26 @@
-"""Plain formatting helpers shared by widgets and screens: ages, times, text bars.
+"""Plain formatting helpers shared by widgets and screens: ages, times, text bars, and
+text from the ledger or the operator made safe to draw.
 
 Pure functions of their arguments (the clock is always passed in), so snapshots with
 a frozen clock are deterministic.
+
+Anything the dashboard shows that a user supplied (document names, worker ids,
+actors, reasons, error details, paths, filter text) goes through :func:`core.visible`
+where it is drawn: a row written by an older ingestdesk, or straight into the
+database, still cannot clear the operator's screen, retitle the window, forge a line
+or reverse a name. Where Textual would parse a string as markup (labels, border
+titles, notifications) it gets :class:`~textual.content.Content` or ``markup=False``
+instead, so ``[bold]x[/]`` is shown as typed and ``[/x]`` cannot raise.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from urllib.parse import unquote, urlsplit
 
-from core import ERRORS, ErrorCode, TaskStatus
+from textual.content import Content
+
+from core import ERRORS, ErrorCode, IngestDeskError, TaskStatus, shown_url, visible
 
 BAR_FULL = "█"
 BAR_EMPTY = "░"
@@ -86,3 +98,48 @@ def error_line(code: ErrorCode | None) -> str:
     if code is None:
         return ""
     return f"{code.value}: {ERRORS[code].meaning}"
+
+
+def plain(text: str) -> Content:
+    """``text`` as content that is never parsed as markup, with unsafe characters
+    escaped: for border titles and labels that quote user input."""
+    return Content(visible(text))
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line for a failure: the ledger's own message, or (a fault of the database,
+    the disk or a row the ledger cannot read) the exception's type and text."""
+    if isinstance(exc, IngestDeskError):
+        return visible(exc.message)
+    return visible(f"{type(exc).__name__}: {exc}")
+
+
+def shown_lines(text: str) -> str:
+    """``text`` escaped line by line: the line breaks a message was built with stay,
+    every other unsafe character is shown as its escape."""
+    return "\n".join(visible(line) for line in text.split("\n"))
+
+
+def ledger_label(db_url: str, *, read_only: bool) -> str:
+    """What the header says about the ledger: a PostgreSQL URL without its password,
+    a SQLite ledger's file path, and whether the dashboard is read-only."""
+    label = visible(shown_url(db_url))
+    return f"{label}  [read-only]" if read_only else label
+
+
+def without_password(text: str, db_url: str) -> str:
+    """``text`` with the ledger URL's password replaced by ``***`` wherever it appears
+    in a URL (``:password@``): a driver's error may quote the URL it was given.
+
+    Only the ``:password@`` form is replaced: a short password would otherwise
+    blank out every occurrence of its letters in ordinary words.
+    """
+    try:
+        password = urlsplit(db_url).password  # as written: percent-encoded, if it was
+    except ValueError:  # a malformed URL (the ledger refuses it before any message)
+        return text
+    if not password:
+        return text
+    for spelling in dict.fromkeys((password, unquote(password))):
+        text = text.replace(f":{spelling}@", ":***@")
+    return text

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core import TaskStatus, TaskView, WorkerView
+from tui.format import failure_line
 from tui.messages import LedgerChanged
 from tui.mirror import status_at
 
@@ -155,7 +156,7 @@ class Poller:
         except Exception as exc:  # the dashboard must outlive a flaky ledger
             self._failures += 1
             delay = min(self.interval_s * 2**self._failures, POLL_ERROR_BACKOFF_MAX_S)
-            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            message = failure_line(exc)
             if message != self._last_error:
                 self._last_error = message
                 self.host.notify(

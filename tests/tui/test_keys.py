@@ -8,15 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input, Static
 
 from core import ERRORS, ErrorCode, Stage, TaskStatus
 from tests.tui.conftest import APP_SIZE, Seeded, submit, wait_for
-from tui.app import IngestDeskApp
+from tests.tui.driving import (
+    dashboard,
+    make_app,
+    notes,
+    open_failures,
+    ready,
+    select,
+    table,
+)
 from tui.screens.bulk import BulkScreen
 from tui.screens.dashboard import DashboardScreen
-from tui.screens.failures import FailuresScreen
 from tui.screens.help import HelpScreen
 from tui.screens.modals import ConfirmScreen
 from tui.screens.submit import SubmitScreen, complete_path
@@ -24,63 +30,6 @@ from tui.screens.task_detail import TaskDetailScreen
 from tui.widgets.counts import StatusCount
 from tui.widgets.filter_bar import FilterBar
 from tui.widgets.task_table import TaskTable
-
-POLL_S = 0.1  # seconds: tests poll the ledger fast
-
-
-def make_app(seeded: Seeded, **options: Any) -> IngestDeskApp:
-    options.setdefault("poll_interval_s", POLL_S)
-    options.setdefault("workers", 0)
-    app = IngestDeskApp(seeded.ledger, clock=seeded.clock, actor="tester", **options)
-    return app
-
-
-def dashboard(app: IngestDeskApp) -> DashboardScreen:
-    screen = app.screen_stack[1]
-    assert isinstance(screen, DashboardScreen)
-    return screen
-
-
-def table(app: IngestDeskApp) -> TaskTable:
-    return dashboard(app).query_one(TaskTable)
-
-
-def notes(app: IngestDeskApp) -> list[str]:
-    return [n.message for n in app._notifications]
-
-
-async def ready(pilot: Pilot[Any], rows: int = 1) -> None:
-    app = pilot.app
-    assert isinstance(app, IngestDeskApp)
-    await wait_for(
-        pilot,
-        lambda: (
-            app.poller.baseline_taken
-            and len(app.screen_stack) > 1
-            and len(table(app).tasks) >= rows
-        ),
-        what="the dashboard to load",
-    )
-
-
-async def select(pilot: Pilot[Any], task_id: str) -> None:
-    app = pilot.app
-    assert isinstance(app, IngestDeskApp)
-    tasks = table(app)
-    await wait_for(pilot, lambda: task_id in tasks.tasks, what=f"row {task_id[:8]}")
-    tasks.focus()
-    tasks.move_cursor(row=tasks.get_row_index(task_id))
-    await pilot.pause()
-
-
-async def open_failures(pilot: Pilot[Any]) -> FailuresScreen:
-    """Press f and return the failures screen once it is shown."""
-    await pilot.press("f")
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, FailuresScreen))
-    screen = pilot.app.screen
-    assert isinstance(screen, FailuresScreen)
-    return screen
-
 
 # ------------------------------------------------------------------------ main
 

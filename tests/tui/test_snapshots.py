@@ -19,6 +19,7 @@ from tui.widgets.task_table import TaskTable
 
 SnapCompare = Any
 SETTLE_S = 0.3  # seconds for the last layout to land on a loaded machine
+SMALL_SIZE = (80, 24)  # the smallest terminal the dashboard is made for
 
 
 def snapshot_app(seeded: Seeded) -> IngestDeskApp:
@@ -50,6 +51,15 @@ def test_main_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
         await loaded(pilot, seeded_sync)
 
     assert snap_compare(snapshot_app(seeded_sync), terminal_size=APP_SIZE, run_before=run_before)
+
+
+def test_main_screen_80x24(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
+    """The narrow layout: the side panel folded away, every row's triage columns whole."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await loaded(pilot, seeded_sync)
+
+    assert snap_compare(snapshot_app(seeded_sync), terminal_size=SMALL_SIZE, run_before=run_before)
 
 
 def test_failures_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core import BadInput, Conflict, IngestDeskError, NotFound, TaskStatus, TaskView
+from core import BadInput, Conflict, IngestDeskError, NotFound, TaskStatus, TaskView, visible
 from core.states import CANCELLABLE
 from tui.desk import Desk, desk_of
+from tui.format import failure_line
 
 if TYPE_CHECKING:
     from textual.dom import DOMNode
@@ -28,8 +29,10 @@ ASK_BEFORE_CANCEL = CANCELLABLE
 
 
 def describe(task: TaskView) -> str:
-    """``ab12cd34 (report.pdf)``."""
-    return f"{task.short_id} ({task.document_name or 'document ' + task.document_id[:8]})"
+    """``ab12cd34 (report.pdf)``, the name escaped (it is quoted in dialogs and
+    notifications)."""
+    name = visible(task.document_name or "document " + task.document_id[:8])
+    return f"{task.short_id} ({name})"
 
 
 def notify_refusal(desk: Desk, action: str, exc: Exception) -> None:
@@ -39,7 +42,7 @@ def notify_refusal(desk: Desk, action: str, exc: Exception) -> None:
         # Not a rule of the ledger: the database or the disk failed. Still words,
         # never a traceback, and the dashboard carries on.
         desk.notify(
-            f"{type(exc).__name__}: {exc}",
+            failure_line(exc),
             title=f"could not {action}",
             severity="error",
             timeout=10,
@@ -53,7 +56,7 @@ def notify_refusal(desk: Desk, action: str, exc: Exception) -> None:
         title = f"cannot {action}: bad input"
     else:
         title = f"could not {action}"
-    desk.notify(exc.message, title=title, severity="error", timeout=8)
+    desk.notify(failure_line(exc), title=title, severity="error", timeout=8)
 
 
 def request_cancel(node: DOMNode, operator: Operator, task: TaskView) -> None:
@@ -147,12 +150,12 @@ async def _submit(desk: Desk, operator: Operator, paths: list[Path]) -> None:
             document = await operator.upload_path(path)
             await operator.submit(document.document_id, actor=desk.actor)
         except IngestDeskError as exc:
-            refused.append(exc.message)
+            refused.append(failure_line(exc))  # one line per file, whatever it quotes
             continue
         except Exception as exc:  # the disk or the database, not the file
-            refused.append(f"{path}: {type(exc).__name__}: {exc}")
+            refused.append(visible(f"{path}: ") + failure_line(exc))
             continue
-        submitted.append(document.filename)
+        submitted.append(visible(document.filename))
     if submitted:
         names = ", ".join(submitted[:5]) + (
             f" and {len(submitted) - 5} more" if len(submitted) > 5 else ""

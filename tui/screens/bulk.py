@@ -4,6 +4,10 @@ A dry run first says how many tasks are eligible and why the others are not; the
 operator then confirms, optionally with a reason for the audit log. The ledger
 re-checks each task with the same conditional update when it executes, so tasks
 that changed in between are refused, not clobbered; a summary follows.
+
+An empty filter names no task (the ledger refuses it): the screen says so in one
+line and offers only an explicit "Every task" choice, which dry-runs
+:data:`core.EVERY_TASK` before anything can be changed.
 """
 
 from __future__ import annotations
@@ -18,11 +22,17 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from core import BulkResult, IngestDeskError, Operator, TaskFilter
+from core import EVERY_TASK, BulkResult, Operator, TaskFilter, visible
 from tui.desk import Desk, desk_of
 from tui.filtering import TaskQuery
+from tui.format import failure_line
+from tui.widgets.plain_input import PlainInput
 
 ACTIONS = ("cancel", "retry")
+NO_FILTER = (
+    "No filter: a bulk action needs one. Set it with / on the dashboard, "
+    "or choose Every task to dry-run every task in the ledger."
+)
 
 
 def explain(result: BulkResult) -> str:
@@ -50,6 +60,8 @@ class BulkScreen(ModalScreen[None]):
         self.task_query = query
         self.operator = operator
         self.results: dict[str, BulkResult] = {}
+        # None until the tasks are named: by a filter, or by choosing every task.
+        self.task_filter: TaskFilter | None = query.filter if query.filter.names_tasks else None
 
     @property
     def desk(self) -> Desk:
@@ -58,21 +70,32 @@ class BulkScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog -wide"):
             yield Label("Bulk action on every matching task", classes="dialog-title")
-            yield Static(
-                f"filter: {self.task_query.text or '(none: every task in the ledger)'}",
-                classes="dialog-body",
-                markup=False,
-            )
-            yield Static("dry run…", id="dry-cancel", classes="dialog-body", markup=False)
-            yield Static("", id="dry-retry", classes="dialog-body", markup=False)
-            yield Input(placeholder="reason (optional, kept in the audit log)", id="reason")
+            yield Static(self._scope(), id="bulk-scope", classes="dialog-body", markup=False)
+            for action in ACTIONS:
+                dry = Static("dry run…", id=f"dry-{action}", classes="dialog-body", markup=False)
+                dry.display = self.task_filter is not None
+                yield dry
+            yield PlainInput(placeholder="reason (optional, kept in the audit log)", id="reason")
             with Horizontal(classes="dialog-buttons"):
+                if self.task_filter is None:
+                    yield Button("Every task", id="every-task")
                 yield Button("Cancel matching", variant="error", id="do-cancel", disabled=True)
                 yield Button("Retry matching", variant="warning", id="do-retry", disabled=True)
                 yield Button("Back", id="back")
             yield Label("tab moves between buttons · esc goes back", classes="dialog-hint")
 
+    def _scope(self) -> str:
+        if self.task_filter is None:
+            return NO_FILTER
+        if self.task_filter.everything:
+            return "every task in the ledger"
+        return f"filter: {visible(self.task_query.text)}"
+
     def on_mount(self) -> None:
+        if self.task_filter is None:
+            # Nothing is named yet: the safe key is the one that goes back.
+            self.query_one("#back", Button).focus()
+            return
         self.query_one("#reason", Input).focus()
         self.dry_run()
 
@@ -80,21 +103,30 @@ class BulkScreen(ModalScreen[None]):
         operator = self.operator
         return operator.bulk_cancel if action == "cancel" else operator.bulk_retry
 
-    @property
-    def task_filter(self) -> TaskFilter:
-        return self.task_query.filter
+    @on(Button.Pressed, "#every-task")
+    def _every_task(self) -> None:
+        """The operator says so explicitly: every task, dry-run first like a filter."""
+        self.task_filter = EVERY_TASK
+        self.query_one("#every-task", Button).remove()
+        self.query_one("#bulk-scope", Static).update(self._scope())
+        for action in ACTIONS:
+            self.query_one(f"#dry-{action}", Static).display = True
+        self.query_one("#reason", Input).focus()
+        self.dry_run()
 
     @work(exclusive=True, group="bulk-dry-run", exit_on_error=False, description="bulk dry run")
     async def dry_run(self) -> None:
+        task_filter = self.task_filter
+        if task_filter is None:
+            return
         for action in ACTIONS:
             label = self.query_one(f"#dry-{action}", Static)
             try:
                 result = await self._bulk(action)(
-                    self.task_filter, actor=self.desk.actor, reason=None, dry_run=True
+                    task_filter, actor=self.desk.actor, reason=None, dry_run=True
                 )
             except Exception as exc:
-                why = exc.message if isinstance(exc, IngestDeskError) else type(exc).__name__
-                label.update(f"{action}: dry run failed: {why}")
+                label.update(f"{action}: dry run failed: {failure_line(exc)}")
                 continue
             self.results[action] = result
             label.update(f"{action}: {explain(result)}")
@@ -112,19 +144,20 @@ class BulkScreen(ModalScreen[None]):
 
     @work(exclusive=True, group="bulk-run", exit_on_error=False, description="bulk action")
     async def execute(self, action: str) -> None:
-        desk = self.desk
+        desk, task_filter = self.desk, self.task_filter
+        if task_filter is None:
+            return  # the buttons stay disabled until the tasks are named
         reason = self.query_one("#reason", Input).value.strip() or None
         for button in self.query(Button):
             button.disabled = True
         try:
             result = await self._bulk(action)(
-                self.task_filter, actor=desk.actor, reason=reason, dry_run=False
+                task_filter, actor=desk.actor, reason=reason, dry_run=False
             )
         except Exception as exc:
-            message = (
-                exc.message if isinstance(exc, IngestDeskError) else f"{type(exc).__name__}: {exc}"
+            desk.notify(
+                failure_line(exc), title=f"bulk {action} refused", severity="error", timeout=8
             )
-            desk.notify(message, title=f"bulk {action} refused", severity="error", timeout=8)
             self.dismiss(None)
             return
         verb = "cancelled" if action == "cancel" else "requeued"

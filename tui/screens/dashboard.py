@@ -1,4 +1,8 @@
-"""The main screen: counts, throughput, the live task table, running tasks, workers."""
+"""The main screen: counts, throughput, the live task table, running tasks, workers.
+
+Below ``SIDE_PANEL_FROM`` columns (an 80x24 terminal) the side panel is folded away
+and the table takes the whole width; ``v`` swaps between the table and the panel.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +20,11 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, RichLog
 
-from core import BadInput, IngestDeskError, Operator, TaskView
+from core import BadInput, Operator, TaskView, visible
 from tui import policy
 from tui.desk import Desk, desk_of
 from tui.filtering import TaskQuery, parse_query, status_query
+from tui.format import failure_line, plain
 from tui.messages import LedgerChanged
 from tui.mirror import THROUGHPUT_BUCKET_S, THROUGHPUT_BUCKETS
 from tui.widgets.counts import STATUS_KEYS, StatusCounts
@@ -31,12 +36,18 @@ from tui.widgets.workers import WorkersPanel
 
 ROWS_REFRESH_S = 10.0  # seconds between re-renders of ages and stall marks (ages step by 10 s)
 BACKFILL_AFTER_S = 2.0  # seconds a short window waits before it is reloaded
+# Columns from which the side panel sits beside the table: the panel (42, app.tcss),
+# the table's border and scrollbar (3) and the narrow layout's row (77) fit, so the
+# error column stays whole. Below, the panel is folded away.
+SIDE_PANEL_FROM = 122
 
 
 class DashboardScreen(Screen[None]):
     """Everything an operator needs at a glance, and the keys to act on it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
+        # First, so a narrow footer (where it is shown) still has room for it.
+        Binding("v", "toggle_side", "Panel", tooltip="Swap the task table and the side panel"),
         Binding("s", "submit", "Submit"),
         Binding("c", "cancel", "Cancel"),
         Binding("r", "retry", "Retry"),
@@ -49,10 +60,16 @@ class DashboardScreen(Screen[None]):
             for key in STATUS_KEYS
         ),
     ]
+    # The screen gets -narrow or -wide; app.tcss folds the side panel on -narrow.
+    HORIZONTAL_BREAKPOINTS = [
+        (0, "-narrow"),
+        (SIDE_PANEL_FROM, "-wide"),
+    ]
 
     def __init__(self) -> None:
         super().__init__()
         self.query_filter: TaskQuery = status_query(None)
+        self._table_titles: tuple[str, str] | None = None
         # Monotonic times: throttles, not what is shown.
         self._rows_refreshed_at = float("-inf")
         self._short_since: float | None = None
@@ -109,8 +126,10 @@ class DashboardScreen(Screen[None]):
             f"newest {shown}{of} · sort: {table.sort_column}"
             f"{' ↑' if table.sort_reverse else ''} · o sorts"
         )
-        if (title, subtitle) != (table.border_title, table.border_subtitle):
-            table.border_title, table.border_subtitle = title, subtitle
+        if (title, subtitle) != self._table_titles:
+            self._table_titles = (title, subtitle)
+            # The filter is the operator's text: never markup ("name:[/x]" would raise).
+            table.border_title, table.border_subtitle = plain(title), plain(subtitle)
 
     def _matching_total(self) -> int | None:
         # Counts for "all" and single-status filters are kept live by the mirror;
@@ -144,8 +163,8 @@ class DashboardScreen(Screen[None]):
             if not query.empty and query.status is None:
                 self._counted = await reads.count_tasks(query.filter)
                 self._title_table(len(table.tasks))
-        except IngestDeskError as exc:
-            self.notify(exc.message, severity="error", title="filter")
+        except Exception as exc:  # the ledger's refusal, or a row it cannot read
+            self.notify(failure_line(exc), severity="error", title="cannot load the tasks")
             return
         self._short_since = None
 
@@ -174,7 +193,7 @@ class DashboardScreen(Screen[None]):
         if message.activity:
             log = self.query_one("#activity", RichLog)
             for line in message.activity:
-                log.write(Text(line))
+                log.write(Text(visible(line)))
         if self._short_since is not None and tick - self._short_since >= BACKFILL_AFTER_S:
             self.reload_window()
         self._title_table(len(table.tasks))
@@ -195,6 +214,14 @@ class DashboardScreen(Screen[None]):
         query = status_query(status)
         self.query_one(FilterBar).value = query.text
         self.set_query(query)
+
+    def action_toggle_side(self) -> None:
+        """On a narrow screen, show the side panel in place of the table, or back."""
+        if not self.has_class("-narrow"):
+            return  # a wide screen shows both
+        self.toggle_class("-side-open")
+        if not self.has_class("-side-open"):
+            self.table.focus()
 
     def action_filter(self) -> None:
         bar = self.query_one(FilterBar)
@@ -275,7 +302,14 @@ class DashboardScreen(Screen[None]):
         def submit(text: str | None) -> None:
             self._submit_paths(operator, text)
 
-        self.app.push_screen(SubmitScreen(Path.cwd()), submit)
+        try:
+            base = Path.cwd()
+        except OSError:  # the folder the dashboard started in was removed
+            self.notify(
+                "the current folder no longer exists: type absolute paths", severity="warning"
+            )
+            base = Path("/")
+        self.app.push_screen(SubmitScreen(base), submit)
 
     def _submit_paths(self, operator: Operator, text: str | None) -> None:
         if not text:
@@ -298,11 +332,28 @@ class DashboardScreen(Screen[None]):
         self.app.push_screen(BulkScreen(self.query_filter, operator))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_side":
+            # Only a narrow screen folds the panel away; a wide one shows both.
+            return self.has_class("-narrow")
         return policy.allows(self.desk, action)
+
+    def on_resize(self) -> None:
+        # The breakpoint classes change with the width, and with them whether the
+        # panel key belongs in the footer.
+        self.refresh_bindings()
 
     def palette_commands(self) -> list[tuple[str, str, str, Callable[[], object]]]:
         """(title, help, action, callback) for the command palette."""
+        narrow: list[tuple[str, str, str, Callable[[], object]]] = [
+            (
+                "Side panel",
+                "Swap the task table and the side panel (narrow screens)",
+                "toggle_side",
+                self.action_toggle_side,
+            )
+        ]
         return [
+            *(narrow if self.has_class("-narrow") else []),
             (
                 "Submit files",
                 "Upload files and submit each for ingestion",

@@ -15,10 +15,18 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from core import ERRORS, ErrorCode, FailureGroup, IngestDeskError, Stage, TaskStatus, TaskView
+from core import (
+    ERRORS,
+    ErrorCode,
+    FailureGroup,
+    Stage,
+    TaskStatus,
+    TaskView,
+    visible,
+)
 from tui import policy
 from tui.desk import Desk, desk_of
-from tui.format import clock_time, shorten, when
+from tui.format import clock_time, failure_line, shorten, when
 from tui.messages import LedgerChanged
 
 GROUP_TASKS_MAX = 500  # tasks listed for one group
@@ -91,8 +99,8 @@ class FailuresScreen(Screen[None]):
     async def load_groups(self) -> None:
         try:
             groups = await self.desk.reads.failure_groups()
-        except IngestDeskError as exc:
-            self.notify(exc.message, severity="error")
+        except Exception as exc:  # the ledger's refusal, or a row it cannot read
+            self.notify(failure_line(exc), severity="error", title="cannot load the failures")
             return
         self._loaded_at = time.monotonic()
         self._stale = False
@@ -146,8 +154,8 @@ class FailuresScreen(Screen[None]):
             tasks = await self.desk.reads.list_tasks(
                 status=TaskStatus.FAILED, error_code=group.error_code, limit=GROUP_TASKS_MAX
             )
-        except IngestDeskError as exc:
-            self.notify(exc.message, severity="error")
+        except Exception as exc:
+            self.notify(failure_line(exc), severity="error", title="cannot load the group")
             return
         table = self.query_one("#failure-tasks", DataTable)
         keep = None if reset_cursor else table.cursor_row
@@ -156,9 +164,9 @@ class FailuresScreen(Screen[None]):
         for task in self.tasks.values():
             table.add_row(
                 Text(task.short_id),
-                Text(shorten(task.document_name or task.document_id[:8], 30)),
+                Text(shorten(visible(task.document_name or task.document_id[:8]), 30)),
                 str(task.attempt),
-                Text(shorten(task.error_detail or "", 40)),
+                Text(shorten(visible(task.error_detail or ""), 40)),
                 clock_time(task.updated_at),
                 key=task.task_id,
             )

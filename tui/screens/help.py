@@ -26,6 +26,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("0 … 6", "show all, queued, running, retry_wait, failed, succeeded, cancelled"),
     ("b", "bulk cancel / retry of every task matching the filter (dry run first)"),
     ("o", "sort the table by the next column (or click a header)"),
+    ("v", "narrow terminal: swap the task table and the side panel"),
     ("arrows", "↑ ↓ pgup pgdn home end move in the table; a click selects"),
     ("w / W", "start one more / stop the newest in-process worker"),
     ("p", "pause / resume the in-process workers (running tasks finish)"),

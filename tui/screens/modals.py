@@ -11,6 +11,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from tui.widgets.plain_input import PlainInput
+
 
 class ConfirmScreen(ModalScreen[str | None]):
     """Ask before a change. Dismisses with the reason typed ("" when none) on
@@ -36,10 +38,12 @@ class ConfirmScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog-title")
+            yield Label(self.title_text, classes="dialog-title", markup=False)
             yield Static(self.body, classes="dialog-body", markup=False)
             if self.ask_reason:
-                yield Input(placeholder="reason (optional, kept in the audit log)", id="reason")
+                yield PlainInput(
+                    placeholder="reason (optional, kept in the audit log)", id="reason"
+                )
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self.confirm_label, variant="error", id="confirm")
                 yield Button("Back", id="back")

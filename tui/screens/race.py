@@ -16,8 +16,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, Log, Static
 
-from core import IngestDeskError, Operator, WorkerEvent
+from core import Operator, WorkerEvent, visible
 from tui.desk import Desk, desk_of
+from tui.format import failure_line
 
 if TYPE_CHECKING:
     from tui.workforce import Workforce
@@ -65,7 +66,7 @@ class RaceScreen(Screen[None]):
                 with Vertical(classes="race-pane", id=f"pane-{racer}"):
                     yield Label(racer, classes="race-title")
                     yield Log(id=f"log-{racer}", max_lines=500)
-        yield Static("", id="race-result")
+        yield Static("", id="race-result", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -88,7 +89,8 @@ class RaceScreen(Screen[None]):
         log = self._log(racer)
 
         def write(event: WorkerEvent) -> None:
-            log.write_line(event.line)
+            # A worker's line can quote a parser's error about the document's bytes.
+            log.write_line(visible(event.line))
 
         return write
 
@@ -110,15 +112,19 @@ class RaceScreen(Screen[None]):
         try:
             document = await operator.upload(body.encode(), f"claim-race-{self.round}.md")
             task = await operator.submit(document.document_id, actor=desk.actor)
-        except IngestDeskError as exc:
-            result.update(f"could not submit the race task: {exc.message}")
+        except Exception as exc:  # the ledger's refusal, or the store or database failing
+            result.update(f"could not submit the race task: {failure_line(exc)}")
             return
         workers = [self.workforce.racer(racer, self._writer(racer)) for racer in RACERS]
         for racer in RACERS:
             log = self._log(racer)
             log.write_line(f"--- round {self.round}")
             log.write_line(f"run_task task={task.short_id} worker={racer}")
-        won = await asyncio.gather(*(w.run_task(task.task_id) for w in workers))
+        try:
+            won = await asyncio.gather(*(w.run_task(task.task_id) for w in workers))
+        except Exception as exc:  # the ledger failed under the racers
+            result.update(f"round {self.round}: the race failed: {failure_line(exc)}")
+            return
         self.outcome = (bool(won[0]), bool(won[1]))
         for racer, ok in zip(RACERS, won, strict=True):
             pane = self.query_one(f"#pane-{racer}")

@@ -1,8 +1,15 @@
-"""Submit: a path Input that completes file names, several paths at once."""
+"""Submit: a path Input that completes file names, several paths at once.
+
+The folder's file names are shown escaped and never parsed as markup (a file named
+``[/x].md`` in the current folder must not stop the screen from opening), and names
+holding control or invisible characters are not offered as completions: one that
+was would be drawn raw in the box.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from pathlib import Path
 from typing import ClassVar
@@ -15,7 +22,11 @@ from textual.screen import ModalScreen
 from textual.suggester import Suggester
 from textual.widgets import Input, Label
 
+from core import visible
+from tui.widgets.plain_input import PlainInput
+
 LISTED_FILES_MAX = 8  # files of the current folder named in the hint
+LISTING_SCAN_MAX = 5000  # folder entries read for the hint: a huge folder must not freeze it
 
 
 def complete_path(value: str, base: Path) -> str | None:
@@ -33,7 +44,12 @@ def complete_path(value: str, base: Path) -> str | None:
     except OSError:
         return None
     for name in names:
-        if name.startswith(prefix) and name != prefix and not name.startswith("."):
+        if (
+            name.startswith(prefix)
+            and name != prefix
+            and not name.startswith(".")
+            and name.isprintable()
+        ):
             suffix = "/" if (folder / name).is_dir() else ""
             start = f"{folder_part}/" if folder_part or last.startswith("/") else ""
             return f"{head}{sep}{start}{name}{suffix}"
@@ -67,25 +83,34 @@ class SubmitScreen(ModalScreen[str | None]):
         with Vertical(classes="dialog -wide"):
             yield Label("Submit files", classes="dialog-title")
             yield Label(
-                f"Paths relative to {self.base}, separated by spaces (quote names with "
-                "spaces). → accepts a completion. PDF, Markdown and text are accepted.",
+                f"Paths relative to {visible(str(self.base))}, separated by spaces (quote "
+                "names with spaces). → accepts a completion. PDF, Markdown and text are "
+                "accepted.",
                 classes="dialog-body",
+                markup=False,
             )
-            yield Input(
+            yield PlainInput(
                 placeholder="e.g. reports/q3.pdf notes.md",
                 suggester=PathSuggester(self.base),
                 id="paths",
             )
-            yield Label(self._listing(), classes="dialog-hint", id="listing")
+            yield Label(self._listing(), classes="dialog-hint", id="listing", markup=False)
             yield Label("enter uploads and submits · esc goes back", classes="dialog-hint")
 
     def _listing(self) -> str:
         try:
-            files = sorted(p.name for p in self.base.iterdir() if p.is_file())
+            with os.scandir(self.base) as entries:
+                scanned = list(itertools.islice(entries, LISTING_SCAN_MAX))
+            files = sorted(e.name for e in scanned if e.is_file())
         except OSError:
             return ""
-        shown = ", ".join(files[:LISTED_FILES_MAX])
-        more = f" and {len(files) - LISTED_FILES_MAX} more" if len(files) > LISTED_FILES_MAX else ""
+        shown = ", ".join(visible(name) for name in files[:LISTED_FILES_MAX])
+        if len(scanned) == LISTING_SCAN_MAX:
+            more = " and more"
+        elif len(files) > LISTED_FILES_MAX:
+            more = f" and {len(files) - LISTED_FILES_MAX} more"
+        else:
+            more = ""
         return f"here: {shown}{more}" if files else "no files in this folder"
 
     def on_mount(self) -> None:

@@ -1,6 +1,11 @@
 """Task detail: every field, the document's status, the attempt history from the
 ledger's event log (one row per attempt), every event with its actor and reason,
-and a preview of the first chunks."""
+and a preview of the first chunks.
+
+Everything here that came from a user or a document (names, worker ids, actors,
+reasons, error details, options, chunk text) is shown through :func:`core.visible`,
+as :class:`~rich.text.Text` (never markup): a history row cannot forge another line.
+"""
 
 from __future__ import annotations
 
@@ -23,15 +28,15 @@ from core import (
     TASK_MEANING,
     ChunkView,
     DocumentView,
-    IngestDeskError,
     NotFound,
     TaskEventView,
     TaskStatus,
     TaskView,
+    visible,
 )
 from tui import policy
 from tui.desk import Desk, desk_of
-from tui.format import age, shorten, when
+from tui.format import age, failure_line, plain, shorten, when
 from tui.messages import LedgerChanged
 
 CHUNK_PREVIEW = 5  # chunks shown
@@ -130,7 +135,7 @@ class TaskDetailScreen(Screen[None]):
             ("reason", "Reason"),
         ):
             events.add_column(label, key=key)
-        self.query_one("#detail-fields").border_title = f"Task {self.task_id[:8]}"
+        self.query_one("#detail-fields").border_title = plain(f"Task {self.task_id[:8]}")
         self.query_one("#detail-chunks").border_title = f"First {CHUNK_PREVIEW} chunks"
         self.load()
 
@@ -144,24 +149,30 @@ class TaskDetailScreen(Screen[None]):
         try:
             task = await reads.get_task(self.task_id)
             history = await reads.task_history(task.task_id)
-        except IngestDeskError as exc:
-            self.query_one("#detail-fields", Static).update(Text(exc.message))
+        except Exception as exc:  # not found, or a row the ledger cannot read
+            self.query_one("#detail-fields", Static).update(Text(failure_line(exc)))
             return
         document: DocumentView | None = None
         chunks: list[ChunkView] = []
+        missing = "no longer in the ledger"
         try:
             document = await reads.get_document(task.document_id)
             chunks = await reads.chunks(task.document_id, limit=CHUNK_PREVIEW)
         except NotFound:
             pass
+        except Exception as exc:  # the task is still worth showing without them
+            missing = f"cannot be read: {failure_line(exc)}"
         self.task_view = task
         now = self.desk.clock()
-        self.query_one("#detail-fields", Static).update(self._fields(task, document, now))
+        fields = self._fields(task, document, now, missing=missing)
+        self.query_one("#detail-fields", Static).update(fields)
         self._fill_attempts(attempts_from(history))
         self._fill_events(history)
         self.query_one("#detail-chunks", Static).update(self._chunks(chunks, task))
 
-    def _fields(self, task: TaskView, document: DocumentView | None, now: float) -> Table:
+    def _fields(
+        self, task: TaskView, document: DocumentView | None, now: float, *, missing: str
+    ) -> Table:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold", no_wrap=True)
         grid.add_column()
@@ -187,7 +198,7 @@ class TaskDetailScreen(Screen[None]):
             info = ERRORS[task.error_code]
             error = Text(task.error_code.value, style="bold")
             if task.error_detail:
-                error.append(f" ({task.error_detail})")
+                error.append(f" ({visible(task.error_detail)})")
             rows += [
                 ("error", error),
                 ("meaning", info.meaning),
@@ -196,7 +207,7 @@ class TaskDetailScreen(Screen[None]):
         if task.options:
             rows.append(("options", " ".join(f"{k}={v}" for k, v in sorted(task.options.items()))))
         if document is None:
-            rows.append(("document", f"{task.document_id} (no longer in the ledger)"))
+            rows.append(("document", f"{task.document_id} ({missing})"))
         else:
             paired = PAIRED_DOCUMENT_STATUS[task.status]
             doc_status = Text(document.status.value, style="bold")
@@ -211,7 +222,8 @@ class TaskDetailScreen(Screen[None]):
                 ("sha256", document.sha256),
             ]
         for label, value in rows:
-            grid.add_row(label, value if isinstance(value, Text) else Text(value))
+            # Plain values hold the ledger's text (ids, names, options): escaped here.
+            grid.add_row(label, value if isinstance(value, Text) else Text(visible(value)))
         return grid
 
     def _fill_attempts(self, attempts: list[Attempt]) -> None:
@@ -223,7 +235,7 @@ class TaskDetailScreen(Screen[None]):
             )
             table.add_row(
                 str(attempt.number),
-                Text(attempt.worker),
+                Text(visible(attempt.worker)),
                 when(attempt.started_at),
                 when(attempt.ended_at),
                 took,
@@ -242,12 +254,12 @@ class TaskDetailScreen(Screen[None]):
             change = f"{source} → {event.to_status.value}"
             table.add_row(
                 when(event.at),
-                Text(event.actor),
+                Text(visible(event.actor)),
                 change,
                 event.stage.value,
                 str(event.attempt),
                 event.error_code.value if event.error_code else "-",
-                Text(event.reason or ""),
+                Text(visible(event.reason or "")),
             )
 
     @staticmethod
@@ -265,7 +277,7 @@ class TaskDetailScreen(Screen[None]):
             text.append(
                 f"#{chunk.ordinal} {page} [{chunk.char_start}:{chunk.char_end}]\n", style="bold"
             )
-            body = " ".join(chunk.text.split())
+            body = visible(" ".join(chunk.text.split()))  # a document's own bytes
             text.append(shorten(body, CHUNK_PREVIEW_CHARS) + "\n\n")
         return text
 

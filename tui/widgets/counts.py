@@ -1,4 +1,9 @@
-"""Counts per task status, one box each, with the key that filters on it."""
+"""Counts per task status, one box each, with the key that filters on it.
+
+A box shows its count in big digits under a border titled with its key and status;
+on a narrow screen (app.tcss) the same box is two plain lines, key and status above
+the count, so seven of them fit 80 columns with four-digit counts whole.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from collections.abc import Mapping
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import Digits, Static
+from textual.widgets import Digits, Label, Static
 
 from core import TaskStatus
 
@@ -35,10 +40,13 @@ class StatusCount(Static):
         self.border_title = f"{key} {'all' if status is None else status.value}"
 
     def compose(self) -> ComposeResult:
+        yield Label(self.border_title or "", classes="count-name")
         yield Digits("0")
+        yield Label("0", classes="count-line")
 
     def set_count(self, count: int) -> None:
         self.query_one(Digits).update(str(count))
+        self.query_one(".count-line", Label).update(str(count))
         self.set_class(count == 0, "-zero")
 
 

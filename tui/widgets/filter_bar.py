@@ -10,6 +10,7 @@ from textual.suggester import Suggester
 from textual.widgets import Input
 
 from core import ErrorCode, Stage, TaskStatus
+from tui.widgets.plain_input import PlainInput
 
 _COMPLETIONS: tuple[str, ...] = (
     *(f"status:{s.value}" for s in TaskStatus),
@@ -42,7 +43,7 @@ class TermSuggester(Suggester):
         return None
 
 
-class FilterBar(Input):
+class FilterBar(PlainInput):
     """An Input that applies its filter on enter and closes on escape."""
 
     BINDINGS = [Binding("escape", "dismiss", "Close filter")]

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Label, ProgressBar
 
-from core import TaskView
+from core import TaskView, visible
 from tui.format import shorten
 
 RUNNING_SHOWN_MAX = 16  # bars at most; the rest are summed up in one line
@@ -56,7 +56,7 @@ class RunningTask(Vertical):
             return
         title = Text(task.short_id, style="bold")
         title.append(" ")
-        title.append(shorten(task.document_name or task.document_id[:8], NAME_WIDTH))
+        title.append(shorten(visible(task.document_name or task.document_id[:8]), NAME_WIDTH))
         self._title.update(title)
         self._stage.update(task.stage.value)
         self._bar.update(total=max(task.total, 1), progress=task.completed)

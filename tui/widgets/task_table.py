@@ -10,6 +10,8 @@ Textual's DataTable, which this replaced, drops every cached line on any change 
 took ~0.4 ms per added row, which put a filter switch at 170-240 ms (p99).
 
 The cursor stays on the same task through updates, re-sorts and window reloads.
+A table narrower than every column draws the narrow layout
+(:mod:`tui.widgets.task_columns`); switching rebuilds each row's strip once.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.cells import set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -29,7 +30,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core import TaskStatus, TaskView
+from core import TaskStatus, TaskView, visible
 from tui.format import (
     STALLED_THEME_VARIABLE,
     STATUS_LABEL,
@@ -39,31 +40,13 @@ from tui.format import (
     shorten,
     text_bar,
 )
+from tui.widgets.task_columns import COLUMN_KEYS, COLUMNS, LABEL, WIDE, Layout, layout_for
 
 WINDOW_ROWS = 200  # rows held at most, the newest that match: several screens
-BAR_WIDTH = 5  # characters of the text progress bar
-CELL_PADDING = 1  # blank cells either side of every column
 FIRST_SCREEN_GUESS = 60  # rows of a screenful, until the table has been laid out
 
-# (key, label, width). Fixed widths: a row's strip never depends on its neighbours.
-COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("id", "ID", 8),
-    ("name", "Document", 19),
-    ("status", "Status", 10),
-    ("stage", "Stage", 10),
-    ("progress", "Progress", 15),  # bar + "1228/1228": four-digit page counts fit
-    ("attempt", "Try", 3),
-    ("error", "Error", 20),
-    ("worker", "Worker", 9),
-    ("age", "Age", 4),
-)
-COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
-_WIDTH = {key: width for key, _, width in COLUMNS}
-_LABEL = {key: label for key, label, _ in COLUMNS}
-ROW_WIDTH = sum(width + 2 * CELL_PADDING for _, _, width in COLUMNS)
 _STATUS_ORDER = {status: n for n, status in enumerate(TaskStatus)}
 _LIVE = frozenset({TaskStatus.RUNNING, TaskStatus.RETRY_WAIT})
-_PAD = " " * CELL_PADDING
 
 # A row's look: the text and style of each cell. Equal signatures draw equal strips.
 Signature = tuple[tuple[str, Style], ...]
@@ -89,20 +72,6 @@ def _sort_value(task: TaskView, column: str) -> tuple[object, ...]:
     if column == "stage":
         return (task.stage.value,)
     return (task.task_id,)
-
-
-# Each cell's segment carries its column as meta, so neighbouring cells of one style
-# stay separate segments: exported screenshots then place every cell at its column
-# (one merged run of text drifts where the SVG renderer's spaces are narrower).
-_COLUMN_META = tuple(Style.from_meta({"column": key}) for key in COLUMN_KEYS)
-
-
-def _strip(cells: Iterable[tuple[str, Style]]) -> Strip:
-    segments = [
-        Segment(f"{_PAD}{set_cell_size(text, width)}{_PAD}", style + meta)
-        for (text, style), width, meta in zip(cells, _WIDTH.values(), _COLUMN_META, strict=True)
-    ]
-    return Strip(segments, ROW_WIDTH)
 
 
 class TaskTable(ScrollView, can_focus=True):
@@ -204,12 +173,29 @@ class TaskTable(ScrollView, can_focus=True):
         self._rows: dict[str, tuple[Signature, Strip]] = {}
         self._styles: dict[str, Style] = {}
         self._frame_styles: dict[str, Style] = {}
-        self._header = _strip((label, Style()) for _, label, _ in COLUMNS)
-        self.virtual_size = Size(ROW_WIDTH, 1)
+        self.column_layout: Layout = WIDE
+        self._header = WIDE.header()
+        self.virtual_size = Size(WIDE.row_width, 1)
 
     def on_mount(self) -> None:
         self._load_styles()
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self._restyle())
+
+    def on_resize(self, _event: events.Resize) -> None:
+        # The scrollbar's width is left out, so rows coming and going (and with them
+        # the scrollbar) cannot flip the layout back and forth.
+        self.set_layout(layout_for(self.size.width - self.styles.scrollbar_size_vertical))
+
+    def set_layout(self, layout: Layout) -> None:
+        """Draw rows in ``layout`` from now on (every row is rebuilt once)."""
+        if layout == self.column_layout:
+            return
+        self.column_layout = layout
+        self._header = layout.header()
+        self._rows.clear()
+        self.refresh_rows(self.clock())
+        self.virtual_size = Size(layout.row_width, len(self._order) + 1)
+        self.refresh()
 
     # ----------------------------------------------------------------- styling
 
@@ -232,9 +218,12 @@ class TaskTable(ScrollView, can_focus=True):
     # ------------------------------------------------------------------- cells
 
     def signature(self, task: TaskView, now: float) -> Signature:
-        """The row's cells for ``task`` at time ``now`` as (text, style), in COLUMNS
-        order. Built without Rich objects: a window load builds ~200 of them."""
-        styles, none = self._styles, _NO_STYLE
+        """The row's cells for ``task`` at time ``now`` as (text, style), in the
+        layout's column order. Built without Rich objects: a window load builds ~200
+        of them. Names and worker ids are escaped here, once per changed row: the
+        strip built from them is cached, so drawing a frame escapes nothing."""
+        layout, styles, none = self.column_layout, self._styles, _NO_STYLE
+        width = layout.width
         if task.is_stalled(now, self.stall_after_s):
             status = ("⚠ stalled", styles.get(STALLED_THEME_VARIABLE, none))
         else:
@@ -245,26 +234,34 @@ class TaskTable(ScrollView, can_focus=True):
             progress = ("", none)
         else:
             done = task.total if task.status is TaskStatus.SUCCEEDED else task.completed
+            count = f"{done}/{task.total}"
             progress = (
-                f"{text_bar(done, task.total, BAR_WIDTH)} {done}/{task.total}",
+                f"{text_bar(done, task.total, layout.bar_width)} {count}"
+                if layout.bar_width
+                else count,
                 self._status_style(task.status),
             )
-        return (
+        code = task.error_code
+        error = error_line(code) if layout.error_meaning else (code.value if code else "")
+        cells = (
             (task.short_id, none),
-            (shorten(task.document_name or task.document_id[:8], _WIDTH["name"]), none),
+            (shorten(visible(task.document_name or task.document_id[:8]), width["name"]), none),
             status,
             stage,
             progress,
             (str(task.attempt) if task.attempt else "", none),
-            (shorten(error_line(task.error_code), _WIDTH["error"]), styles.get("error", none)),
-            (shorten(task.worker_id or "", _WIDTH["worker"]), none),
+            (shorten(error, width["error"]), styles.get("error", none)),
+            (shorten(visible(task.worker_id or ""), width.get("worker", 0)), none),
             (age(now - task.created_at), none),
         )
+        picks = layout.picks
+        return cells if picks is None else tuple(cells[n] for n in picks)
 
     def cell(self, task_id: str, column: str) -> Text:
-        """What the row of ``task_id`` shows in ``column`` now."""
+        """What the row of ``task_id`` shows in ``column`` now (a column of the
+        current layout)."""
         signature, _ = self._rows[task_id]
-        text, style = signature[COLUMN_KEYS.index(column)]
+        text, style = signature[self.column_layout.keys.index(column)]
         return Text(text, style=style)
 
     # -------------------------------------------------------------- the rows
@@ -344,7 +341,7 @@ class TaskTable(ScrollView, can_focus=True):
         cached = self._rows.get(task.task_id)
         if cached is not None and cached[0] == signature:
             return
-        self._rows[task.task_id] = (signature, _strip(signature))
+        self._rows[task.task_id] = (signature, self.column_layout.strip(signature))
         row = self._index.get(task.task_id)
         if row is not None:
             self._refresh_row(row)
@@ -392,7 +389,7 @@ class TaskTable(ScrollView, can_focus=True):
     def _set_order(self, order: list[str]) -> None:
         self._order = order
         self._index = {task_id: n for n, task_id in enumerate(order)}
-        self.virtual_size = Size(ROW_WIDTH, len(order) + 1)
+        self.virtual_size = Size(self.column_layout.row_width, len(order) + 1)
         self.refresh()
 
     def sort_by(self, column: str) -> None:
@@ -404,10 +401,12 @@ class TaskTable(ScrollView, can_focus=True):
         self._resort()
 
     def action_sort_next(self) -> None:
-        index = (COLUMN_KEYS.index(self.sort_column) + 1) % len(COLUMN_KEYS)
-        self.sort_column, self.sort_reverse = COLUMN_KEYS[index], False
+        # The columns shown; from one the layout hides (age, the default), the first.
+        keys = self.column_layout.keys
+        index = keys.index(self.sort_column) + 1 if self.sort_column in keys else 0
+        self.sort_column, self.sort_reverse = keys[index % len(keys)], False
         self._resort()
-        self.notify(f"sorted by {_LABEL[self.sort_column].lower()}", timeout=1.5)
+        self.notify(f"sorted by {LABEL[self.sort_column].lower()}", timeout=1.5)
 
     # ------------------------------------------------------------------- cursor
 
@@ -468,12 +467,9 @@ class TaskTable(ScrollView, can_focus=True):
             return
         event.stop()
         if offset.y == 0:
-            x, edge = offset.x + round(self.scroll_x), 0
-            for key, _, width in COLUMNS:
-                edge += width + 2 * CELL_PADDING
-                if x < edge:
-                    self.sort_by(key)
-                    return
+            key = self.column_layout.column_at(offset.x + round(self.scroll_x))
+            if key is not None:
+                self.sort_by(key)
             return
         row = round(self.scroll_y) + offset.y - 1
         if row >= len(self._order):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from core import WorkerView
+from core import WorkerView, visible
 from tui.format import age
 
 
@@ -44,7 +44,7 @@ class WorkersPanel(Static):
         if not local:
             text.append("  none (watch only)\n", style="dim")
         for worker in local:
-            text.append(f"  {worker.worker_id:<14} ", style="bold")
+            text.append(f"  {visible(worker.worker_id):<14} ", style="bold")
             text.append(f"{worker.state:<8}")
             if worker.current:
                 text.append(" " + " ".join(t[:8] for t in worker.current), style="italic")
@@ -57,7 +57,8 @@ class WorkersPanel(Static):
             text.append("  none\n", style="dim")
         for other in others:
             state = "alive" if other.alive else ("stopped" if other.stopped_at else "vanished")
-            text.append(f"  {other.worker_id[:14]:<14} ", style="bold")
+            # Another process's id, as the ledger has it: escaped, then cut.
+            text.append(f"  {visible(other.worker_id)[:14]:<14} ", style="bold")
             text.append(f"{state:<8}", style="" if other.alive else "dim")
             text.append(f" {age(now - other.heartbeat_at)} ago\n", style="dim")
         # Called on every poll; only a change is worth a repaint.

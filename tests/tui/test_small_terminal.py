@@ -1,0 +1,98 @@
+"""The dashboard in an 80x24 terminal: the task table keeps status, stage, progress
+and error code on screen, the side panel folds away (``v`` swaps it in), and a
+resize switches between the layouts both ways."""
+
+from __future__ import annotations
+
+from tests.tui.conftest import APP_SIZE, Seeded, wait_for
+from tests.tui.driving import dashboard, make_app, ready, screen_text, table
+from tui.screens.dashboard import SIDE_PANEL_FROM
+from tui.widgets.task_columns import NARROW, WIDE
+
+SMALL = (80, 24)  # columns, rows
+
+
+def row_on_screen(shown: str, task_id: str) -> str:
+    """The screen line showing the task's row (found by its short id)."""
+    return next(line for line in shown.splitlines() if task_id[:8] in line)
+
+
+async def test_an_80x24_terminal_shows_what_triage_needs(seeded: Seeded) -> None:
+    app = make_app(seeded)
+    async with app.run_test(size=SMALL) as pilot:
+        await ready(pilot, rows=len(seeded.tasks))
+        await pilot.pause(0.2)
+        shown = screen_text(app)
+        running = row_on_screen(shown, seeded.id("annual-report.md"))
+        assert "running" in running and "embedding" in running and "40/120" in running
+        failed = row_on_screen(shown, seeded.id("corrupt-export.md"))
+        assert "failed" in failed and "parse" in failed and "0/4" in failed
+        assert "parse_error" in failed
+        waiting = row_on_screen(shown, seeded.id("provider-outage.md"))
+        assert "retry_wait" in waiting and "3/12" in waiting
+        assert "provider_unavailable" in waiting  # the longest code, whole
+        stalled = row_on_screen(shown, seeded.id("huge-scan.md"))
+        assert "stalled" in stalled and "2/60" in stalled
+        # Every status count is on screen, name and number.
+        for label in ("0 all", "3 retry_wait", "5 succeeded", "6 cancelled"):
+            assert label in shown
+        tasks = table(app)
+        assert tasks.column_layout is NARROW
+        # Every column fits: nothing is scrolled out of view to the right.
+        assert tasks.virtual_size.width <= tasks.scrollable_content_region.width
+
+
+async def test_the_side_panel_folds_away_and_v_swaps_it_in(seeded: Seeded) -> None:
+    app = make_app(seeded)
+    async with app.run_test(size=SMALL) as pilot:
+        await ready(pilot, rows=len(seeded.tasks))
+        screen = dashboard(app)
+        side, left = screen.query_one("#side"), screen.query_one("#left")
+        assert screen.has_class("-narrow")
+        assert not side.display and left.display
+        assert "v" in screen.active_bindings
+        await pilot.pause(0.2)
+        assert "v Panel" in screen_text(app)
+        await pilot.press("v")
+        await pilot.pause(0.1)
+        assert side.display and not left.display
+        assert "annual-report.md" in screen_text(app)  # the running-now panel
+        await pilot.press("v")
+        await pilot.pause(0.1)
+        assert not side.display and left.display
+        assert table(app).has_focus
+
+
+async def test_a_resize_switches_the_layout_both_ways(seeded: Seeded) -> None:
+    app = make_app(seeded)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await ready(pilot, rows=len(seeded.tasks))
+        screen = dashboard(app)
+        tasks = table(app)
+        assert tasks.column_layout is WIDE and screen.query_one("#side").display
+        assert "v" not in screen.active_bindings  # a wide screen shows both
+        cursor_task = tasks.selected
+        await pilot.resize_terminal(*SMALL)
+        await wait_for(pilot, lambda: tasks.column_layout is NARROW, what="the narrow layout")
+        assert not screen.query_one("#side").display
+        assert "worker" not in tasks.column_layout.keys
+        assert tasks.selected == cursor_task  # the cursor stays on its task
+        await pilot.pause(0.2)
+        assert "v Panel" in screen_text(app)  # the footer follows the breakpoint
+        await pilot.resize_terminal(*APP_SIZE)
+        await wait_for(pilot, lambda: tasks.column_layout is WIDE, what="the wide layout")
+        assert screen.query_one("#side").display
+        assert str(tasks.cell(seeded.id("annual-report.md"), "progress")).endswith("40/120")
+
+
+async def test_at_the_breakpoint_every_column_of_the_narrow_layout_fits(seeded: Seeded) -> None:
+    for width in (SIDE_PANEL_FROM - 1, SIDE_PANEL_FROM):
+        app = make_app(seeded)
+        async with app.run_test(size=(width, 30)) as pilot:
+            await ready(pilot, rows=len(seeded.tasks))
+            await pilot.pause(0.1)
+            tasks = table(app)
+            side = dashboard(app).query_one("#side").display
+            assert side is (width >= SIDE_PANEL_FROM)
+            # Whichever layout is drawn fits without scrolling to the error column.
+            assert tasks.column_layout.end_of("error") <= tasks.scrollable_content_region.width
