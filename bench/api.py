@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -299,7 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     parent.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="bench-api-", dir=parent))
     os.chdir(REPO_ROOT)
-    return run(QUICK if args.quick else FULL, args.quick, workdir)
+    try:
+        return run(QUICK if args.quick else FULL, args.quick, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # a ledger, a corpus and its objects
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def check_identifier(value: str, what: str) -> str:
         raise BadInput(f"{what} is longer than {IDENTIFIER_MAX} characters")
     if not value.isprintable():
         raise BadInput(
-            f"{what} {visible(value)!r} holds control or invisible characters; "
+            f"{what} '{visible(value)}' holds control or invisible characters; "
             "use letters, digits and punctuation"
         )
     return value

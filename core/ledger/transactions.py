@@ -108,6 +108,10 @@ def _ledger_url(db_url: str) -> URL:
                 "a SQLite ledger URL needs a file path, e.g. sqlite:///ledger.db "
                 "(an in-memory database cannot be shared between processes)"
             )
+        if url.query or str(url.database).startswith("file:"):
+            # A URI-form URL (file:…?mode=ro&uri=true) names its file differently from
+            # what the ledger creates and checks: refuse it rather than guess.
+            raise BadInput("a SQLite ledger URL is a plain file path: sqlite:///PATH")
         # Any SQLite spelling (sqlite://, sqlite+aiosqlite://) runs on the stdlib driver.
         return url.set(drivername="sqlite+pysqlite")
     if backend == "postgresql":

@@ -298,3 +298,18 @@ def test_an_unusable_upload_cap_is_bad_input(value: str) -> None:
 def test_a_usable_upload_cap_is_taken() -> None:
     assert upload_cap_bytes("0.5", "x") == 512 * 1024
     assert upload_cap_bytes(100, "x") == 100 * 1024 * 1024
+
+
+# A URI-form SQLite URL created stray "file:" folders in the current directory.
+@pytest.mark.parametrize(
+    "url", ["sqlite:///file:/tmp/x/l.db?mode=ro&uri=true", "sqlite:///l.db?timeout=1"]
+)
+def test_a_uri_form_sqlite_url_is_refused_and_creates_nothing(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInput, match="plain file path"):
+        asyncio.run(Ledger.open(Settings(db_url=url, store_root=tmp_path / "o")))
+    assert list(tmp_path.iterdir()) == []
