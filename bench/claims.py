@@ -145,13 +145,17 @@ BARE_EVENT = (
     "INSERT INTO task_events (task_id, at, actor, from_status, to_status, stage, attempt, "
     "error_code, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# The ledger finishes a task as the pipeline does: finish(claim, chunks), here with no
+# chunks, so the document's chunks are still replaced (a DELETE that touches FTS5).
 BARE_COMPLETE = (
     "UPDATE ingestion_tasks SET status = 'succeeded', previous_status = status, "
-    "stage = 'finalizing', completed = total, lease_expires_at = NULL, progress_at = ?, "
-    "updated_at = ?, revision = (SELECT coalesce(max(revision), 0) + 1 FROM ingestion_tasks) "
+    "stage = 'finalizing', completed = ?, total = ?, options = coalesce(?, options), "
+    "lease_expires_at = NULL, progress_at = ?, updated_at = ?, "
+    "revision = (SELECT coalesce(max(revision), 0) + 1 FROM ingestion_tasks) "
     "WHERE id = ? AND status = 'running' AND attempt = ? AND worker_id = ? "
     "RETURNING id, status, previous_status, stage, attempt, error_code"
 )
+BARE_DELETE_CHUNKS = "DELETE FROM chunks WHERE document_id = ?"
 BARE_DOCUMENT = (
     "UPDATE documents SET status = 'review_pending', version = version + 1, updated_at = ? "
     "WHERE id = ? AND status = 'processing'"
@@ -172,10 +176,11 @@ def _bare_complete(conn: sqlite3.Connection, worker: str, claim: tuple[Any, ...]
     task_id, document_id, attempt = claim[0], claim[1], claim[2]
     now = time.time()
     conn.execute("BEGIN IMMEDIATE")
-    row = conn.execute(BARE_COMPLETE, (now, now, task_id, attempt, worker)).fetchall()
+    row = conn.execute(BARE_COMPLETE, (0, 0, None, now, now, task_id, attempt, worker)).fetchall()
     if not row:
         conn.execute("ROLLBACK")
         return False
+    conn.execute(BARE_DELETE_CHUNKS, (document_id,))
     if conn.execute(BARE_DOCUMENT, (now, document_id)).rowcount != 1:
         conn.execute("ROLLBACK")
         raise RuntimeError(f"document {document_id} was not processing")
