@@ -15,11 +15,14 @@ from pathlib import Path
 
 from core.cli import Command, CommandLine, Output, settings_from_args
 from core.cli import build_command_line as core_command_line
-from core.errors import BadInput
+from core.cli.options import whole_number
+from core.cli.output import flush, write_line
+from core.safe_text import visible
 
 DESCRIPTION = "Document ingestion control room. Without a command, opens the dashboard."
 DASHBOARD = "dashboard"
 DEFAULT_WORKERS = 2  # in-process worker coroutines of the dashboard
+WORKERS_MAX = 64  # more would only contend for the one event loop and parser pool
 DEMO_DIR = "ingestdesk-demo"  # where `ingestdesk demo` builds its ledger, by default
 
 
@@ -33,9 +36,9 @@ def _dashboard_options(parser: argparse.ArgumentParser, *, top_level: bool) -> N
 
     parser.add_argument(
         "--workers",
-        type=int,
+        type=whole_number(0, WORKERS_MAX),
         default=default(DEFAULT_WORKERS),
-        help="in-process worker coroutines (default 2; 0 = watch only)",
+        help=f"in-process worker coroutines (default 2; 0 = watch only; at most {WORKERS_MAX})",
     )
     parser.add_argument(
         "--read-only",
@@ -45,14 +48,8 @@ def _dashboard_options(parser: argparse.ArgumentParser, *, top_level: bool) -> N
     )
 
 
-def _check_workers(args: argparse.Namespace) -> None:
-    if args.workers < 0:
-        raise BadInput("--workers must be 0 or more")
-
-
 def _run_dashboard(args: argparse.Namespace, out: Output) -> int:
     """``ingestdesk [dashboard]``: the dashboard on the ledger the options name."""
-    _check_workers(args)
     settings = settings_from_args(args)
     from tui.app import run_dashboard
 
@@ -62,15 +59,17 @@ def _run_dashboard(args: argparse.Namespace, out: Output) -> int:
 def _run_demo(args: argparse.Namespace, out: Output) -> int:
     """``ingestdesk demo [DIR]``: build the demo ledger (or reopen it) and open the
     dashboard on it."""
-    _check_workers(args)
     from core.demo import DEMO_DB_FILE, build_demo, demo_settings
 
     directory = Path(args.directory)
     if (directory / DEMO_DB_FILE).exists():
-        print(f"reopening the demo ledger in {directory} (delete it for a fresh one)")
+        write_line(
+            f"reopening the demo ledger in {visible(str(directory))} (delete it for a fresh one)"
+        )
         settings = demo_settings(directory)
     else:
-        print(f"building a demo ledger in {directory} ...", flush=True)
+        write_line(f"building a demo ledger in {visible(str(directory))} ...")
+        flush()
         settings = build_demo(directory)
     from tui.app import run_dashboard
 
@@ -79,7 +78,6 @@ def _run_demo(args: argparse.Namespace, out: Output) -> int:
 
 def _run_race(args: argparse.Namespace, out: Output) -> int:
     """``ingestdesk race``: the claim race, two workers side by side."""
-    _check_workers(args)
     settings = settings_from_args(args)
     from tui.app import run_race
 
