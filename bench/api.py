@@ -47,6 +47,7 @@ from bench.common import (
 
 SUBMIT_NAME = "bench-submit"  # the timed submits' documents, told apart from the corpus
 CONCURRENCY = 8  # requests in flight from the load client
+PDF_PAGES = 30  # pages per corpus PDF: ~0.1 s of parsing each, so the workers stay busy
 START_TIMEOUT_S = 30.0  # seconds for a server to answer
 
 
@@ -58,7 +59,7 @@ class Plan:
     rounds: int  # interleaved floor/API rounds (best of)
 
 
-FULL = Plan(get_seconds=5.0, submits=300, documents=1200, rounds=3)
+FULL = Plan(get_seconds=5.0, submits=300, documents=2400, rounds=3)
 QUICK = Plan(get_seconds=1.0, submits=40, documents=300, rounds=1)
 
 FLOOR_APP = """
@@ -142,7 +143,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def make_corpus(folder: Path, n: int) -> list[Path]:
-    """Ten-page PDFs (parsed in the workers' parser processes) and Markdown notes,
+    """30-page PDFs (parsed in the workers' parser processes) and Markdown notes,
     enough that both workers stay busy through every measurement."""
     from core.demo import pdf_document
 
@@ -157,7 +158,7 @@ def make_corpus(folder: Path, n: int) -> list[Path]:
             path = folder / f"report-{i}.pdf"
             pages = [
                 [f"Report {i} page {p} line {k}: ingestion ledger lease claim" for k in range(40)]
-                for p in range(10)
+                for p in range(PDF_PAGES)
             ]
             path.write_bytes(pdf_document(pages))
         paths.append(path)
