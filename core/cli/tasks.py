@@ -44,6 +44,7 @@ async def cmd_task(ledger: Ledger, args: argparse.Namespace, out: Output) -> Non
         f"stage     {task.stage.value} {task.completed}/{task.total}",
         f"attempt   {task.attempt} of {task.max_attempts}",
         f"worker    {task.worker_id or '-'}",
+        f"key       {task.options.get('processing_key', '-')}",
         f"error     {task.error_code.value if task.error_code else '-'}"
         + (f" ({task.error_detail})" if task.error_detail else ""),
         "history:",

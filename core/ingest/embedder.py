@@ -49,6 +49,7 @@ class Embedder(Protocol):
     """Computes one vector per text, in order."""
 
     name: str
+    version: str  # changes whenever the same text would get a different vector
     dimensions: int
 
     async def embed(self, texts: Sequence[str]) -> list[bytes]:
@@ -65,6 +66,7 @@ class HashingEmbedder:
     L2-normalised. Deterministic: crc32, not Python's salted ``hash``."""
 
     name = "hashed-bag-of-words"
+    version = "1"
 
     def __init__(self, dimensions: int = DEFAULT_DIMENSIONS) -> None:
         if dimensions < 1:

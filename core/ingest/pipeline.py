@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from core.errors import NotFound, ObjectReadError, error_detail_of
 from core.ingest.embedder import Embedder, ProviderUnavailable
+from core.ingest.keys import CHUNKER_VERSION, processing_key
 from core.ingest.parse_pool import ParserPool, estimate_pages_async
 from core.ingest.parsing import (
     DEFAULT_CHUNK_OVERLAP,
@@ -36,6 +37,7 @@ from core.store import ObjectStore
 logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 64  # chunks per embedder call
+KEY_ON_LOOP_MAX_BYTES = 1 << 20  # bytes; larger originals get their processing key on a thread
 PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes
 # While nothing new is to be written (a long parse), a running task's row is still
 # written this often: the heartbeat that renews the lease is also how a worker learns
@@ -182,10 +184,20 @@ class Pipeline:
         # estimate, so it is made once and handed on.
         estimate = await estimate_pages_async(data, document.kind)
         info = parser_info(opts.parser) if document.kind == "pdf" else {"parser": "text"}
+        # Every option that changes the result, recorded on the task with the
+        # processing key it makes (see core.ingest.keys).
         options = info | {
             "chunk_size": str(opts.chunk_size),
             "chunk_overlap": str(opts.chunk_overlap),
+            "chunker": CHUNKER_VERSION,
+            "embedder": self.embedder.name,
+            "embedder_version": self.embedder.version,
+            "embedder_dimensions": str(self.embedder.dimensions),
         }
+        if len(data) <= KEY_ON_LOOP_MAX_BYTES:
+            options["processing_key"] = processing_key(data, options)
+        else:  # sha256 runs ~1 ms per MB: big originals are hashed off the event loop
+            options["processing_key"] = await asyncio.to_thread(processing_key, data, options)
         progress.set(Stage.PARSE, 0, estimate, options=options)
         say(f"stage=parse 0/{estimate}")
         if document.kind != "pdf" and len(data) <= TEXT_IN_PROCESS_MAX_BYTES:
