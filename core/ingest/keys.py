@@ -13,7 +13,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+
+class ChunkLike(Protocol):
+    """What a result checksum reads of a chunk (a ChunkRecord)."""
+
+    @property
+    def ordinal(self) -> int: ...
+    @property
+    def page(self) -> int | None: ...
+    @property
+    def char_start(self) -> int: ...
+    @property
+    def char_end(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def embedding(self) -> bytes | None: ...
+
 
 # Bump when chunk_text's output for the same text and settings changes: results
 # made by an older chunker must not be taken for this one's.
@@ -31,4 +50,17 @@ def processing_key(data: bytes, options: Mapping[str, object]) -> str:
     digest = hashlib.sha256(data)
     digest.update(b"\0")
     digest.update(canonical_options(options))
+    return digest.hexdigest()
+
+
+def result_checksum(chunks: Sequence[ChunkLike]) -> str:
+    """sha256 over a result's chunks (positions, text and vector), in order: what a
+    reused result must still match, so a tampered or half-written one is never reused."""
+    digest = hashlib.sha256()
+    for c in chunks:
+        digest.update(f"{c.ordinal}|{c.page}|{c.char_start}|{c.char_end}|".encode())
+        text = c.text.encode()
+        digest.update(len(text).to_bytes(8, "little") + text)
+        vector = c.embedding or b""
+        digest.update(len(vector).to_bytes(8, "little") + vector)
     return digest.hexdigest()

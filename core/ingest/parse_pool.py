@@ -160,6 +160,12 @@ class ParserPool:
         self._threads = ThreadPoolExecutor(workers + 1, thread_name_prefix="parser-pool")
         self._closed = False
         self._children_started = 0
+        self._parses_started = 0
+
+    @property
+    def parses_started(self) -> int:
+        """How many parses this pool has been asked for so far."""
+        return self._parses_started
 
     @property
     def children_started(self) -> int:
@@ -228,6 +234,7 @@ class ParserPool:
         # caller's mistake raises before a child is started or spent.
         request = ParseRequest(DocumentKind(kind), parser, chunk_size, chunk_overlap)
         self._check_open()
+        self._parses_started += 1
         loop = asyncio.get_running_loop()
         if estimated_pages is None:
             estimated_pages = await estimate_pages_async(data, request.kind)

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Row, case, literal, text, update
+from sqlalchemy import Row, case, literal, select, text, update
 from sqlalchemy.engine import Connection
 
 from core.config import Settings
@@ -42,6 +42,7 @@ from core.safe_text import check_identifier
 from core.states import ERRORS, DocumentStatus, ErrorCode, Stage, TaskStatus
 
 REAPER_ACTOR = "reaper"
+LOST = "lost"  # hold_key's answer when the worker no longer holds its task
 
 
 def _held(claim: Claim) -> dict[str, Any]:
@@ -202,6 +203,7 @@ class WorkQueue:
             "p_now": now,
             "p_total": len(chunks),
             "p_options": _options_json(options),
+            "p_key": None if options is None else options.get("processing_key"),
         }
 
         def tx(conn: Connection) -> bool:
@@ -276,9 +278,42 @@ class WorkQueue:
 
         return await self._tx.write(tx)
 
-    async def hand_back(self, claim: Claim, *, reason: str = "handed back on shutdown") -> bool:
-        """Give a held task back (worker shutting down, or a claim taken ahead and
-        not started): claimable again at once. ``reason`` goes into its history."""
+    async def hold_key(self, claim: Claim, key: str) -> str | None:
+        """Record the held task's processing key, unless another running task holds
+        the same key: then that task's id (this worker should wait, not start a second
+        execution of the same work). Raises nothing; a worker that lost its task gets
+        ``LOST``.
+
+        One conditional UPDATE: writers are serialised, so two workers holding tasks
+        with the same key cannot both see the other as absent.
+        """
+        other = (
+            select(TASKS.c.id)
+            .where(TASKS.c.processing_key == key)
+            .where(text(RUNNING_SQL))
+            .where(TASKS.c.id != claim.task_id)
+            .limit(1)
+        )
+        statement = update(TASKS).where(HELD).where(~other.exists()).values(processing_key=key)
+
+        def tx(conn: Connection) -> str | None:
+            if conn.execute(statement, _held(claim)).rowcount:
+                return None
+            holder = conn.execute(other).scalar()
+            return str(holder) if holder is not None else LOST
+
+        return await self._tx.write(tx)
+
+    async def hand_back(
+        self,
+        claim: Claim,
+        *,
+        reason: str = "handed back on shutdown",
+        delay_s: float = 0.0,
+    ) -> bool:
+        """Give a held task back (worker shutting down, a claim taken ahead and not
+        started, or work another task is already doing): claimable again after
+        ``delay_s``. ``reason`` goes into its history."""
         now = self.clock()
         statement = (
             update(TASKS)
@@ -290,7 +325,7 @@ class WorkQueue:
                 # against the automatic retry budget.
                 max_attempts=TASKS.c.max_attempts + 1,
                 lease_expires_at=None,
-                next_attempt_at=now,
+                next_attempt_at=now + delay_s,
                 updated_at=now,
                 revision=next_revision(),
             )

@@ -4,6 +4,7 @@ chunks and search. Nothing here writes; every read is one short transaction.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -18,10 +19,12 @@ from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, TASKS, 
 from core.ledger.statements import TASK_COLUMNS
 from core.ledger.transactions import Transactions
 from core.ledger.views import (
+    ChunkRecord,
     ChunkView,
     DocumentView,
     FailureGroup,
     LedgerStats,
+    ReusableResult,
     SearchHit,
     TaskEventView,
     TaskPosition,
@@ -92,6 +95,55 @@ class Reads:
         if limit is not None:
             query = query.limit(limit)
         return await self._tx.read(lambda conn: _views(conn, query))
+
+    async def reusable_result(self, key: str) -> ReusableResult | None:
+        """The newest succeeded task with this processing key whose document still
+        holds its chunks (waiting for review or published), or None."""
+        query = (
+            select(TASKS.c.id, TASKS.c.document_id, TASKS.c.total, TASKS.c.options)
+            .select_from(TASKS.join(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id))
+            .where(TASKS.c.processing_key == key)
+            .where(TASKS.c.status == TaskStatus.SUCCEEDED.value)
+            .where(
+                DOCUMENTS.c.status.in_(
+                    [DocumentStatus.REVIEW_PENDING.value, DocumentStatus.PUBLISHED.value]
+                )
+            )
+            .order_by(TASKS.c.updated_at.desc())
+            .limit(1)
+        )
+
+        def tx(conn: Connection) -> ReusableResult | None:
+            row = conn.execute(query).first()
+            if row is None:
+                return None
+            options = json.loads(row.options or "{}")
+            return ReusableResult(row.id, row.document_id, row.total, options.get("result_sha256"))
+
+        return await self._tx.read(tx)
+
+    async def chunk_records(self, document_id: str) -> list[ChunkRecord]:
+        """A document's chunks with their embeddings, as a worker writes them."""
+        query = (
+            select(
+                CHUNKS.c.ordinal,
+                CHUNKS.c.text,
+                CHUNKS.c.page,
+                CHUNKS.c.char_start,
+                CHUNKS.c.char_end,
+                CHUNKS.c.embedding,
+            )
+            .where(CHUNKS.c.document_id == document_id)
+            .order_by(CHUNKS.c.ordinal)
+        )
+
+        def tx(conn: Connection) -> list[ChunkRecord]:
+            return [
+                ChunkRecord(r.ordinal, r.text, r.page, r.char_start, r.char_end, r.embedding)
+                for r in conn.execute(query)
+            ]
+
+        return await self._tx.read(tx)
 
     async def stats(self, now: float) -> LedgerStats:
         """The figures a monitor scrapes: tasks by status, claims and failures so far

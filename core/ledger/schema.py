@@ -94,6 +94,8 @@ class IngestionTask(Base):
         # ix_tasks_claimable into sorting every claimable task for each claim.
         Index("ix_tasks_error_status", "error_code", "status"),
         Index("ix_tasks_created", "created_at", "id"),
+        # "Is this result already made, or being made?": by key, then status.
+        Index("ix_tasks_processing_key", "processing_key", "status"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -119,6 +121,9 @@ class IngestionTask(Base):
     next_attempt_at: Mapped[float | None] = mapped_column(Float)
     progress_at: Mapped[float | None] = mapped_column(Float)
     options: Mapped[str] = mapped_column(Text, default="{}")
+    # What identifies this task's result (core.ingest.keys), set by the worker that
+    # holds it once the options are known; NULL until then.
+    processing_key: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
     # Ledger-wide, monotonically increasing: "what changed since revision R".

@@ -153,6 +153,7 @@ FINISH = Prepared(
         completed=bindparam("p_total"),
         total=bindparam("p_total"),
         options=func.coalesce(bindparam("p_options"), TASKS.c.options),
+        processing_key=func.coalesce(bindparam("p_key"), TASKS.c.processing_key),
         lease_expires_at=None,
         progress_at=bindparam("p_now"),
         updated_at=bindparam("p_now"),

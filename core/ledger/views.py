@@ -288,3 +288,14 @@ class LedgerStats:
     failures: dict[ErrorCode, int]  # attempts that ended failed or retry_wait, by code
     oldest_claimable_age_s: float  # how long the longest-waiting claimable task has waited
     workers_alive: int
+
+
+@dataclass(frozen=True)
+class ReusableResult:
+    """A succeeded task whose chunks another task with the same processing key may
+    reuse, once they verify against ``result_sha256``."""
+
+    task_id: str
+    document_id: str
+    chunks: int
+    result_sha256: str | None

@@ -9,9 +9,11 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import text
 
-from core import Ledger, TaskStatus, Worker
+from core import Ledger, ParserPool, TaskStatus, Worker
 from core.ingest.keys import canonical_options, processing_key
+from tests import hostile
 
 OPTION_NAMES = st.sampled_from(
     ["parser", "version", "chunk_size", "chunk_overlap", "chunker", "embedder"]
@@ -66,7 +68,84 @@ async def test_a_task_records_its_processing_key_and_a_rename_keeps_it(
     assert [t.status for t in done] == [TaskStatus.SUCCEEDED] * 3
     keys = [t.options["processing_key"] for t in done]
     assert keys[0] == keys[1] != keys[2]
-    recorded = {k: v for k, v in done[0].options.items() if k != "processing_key"}
+    # What the key is made of: every recorded option but the key and the result's own.
+    outputs = {"processing_key", "result_sha256", "reused_from"}
+    recorded = {k: v for k, v in done[0].options.items() if k not in outputs}
     assert keys[0] == processing_key(note, recorded)
     assert json.loads(canonical_options(recorded))["chunk_size"] == recorded["chunk_size"]
     assert {"parser", "chunk_size", "chunk_overlap", "chunker", "embedder"} <= set(recorded)
+
+
+# Over REUSE_MIN_BYTES: smaller originals are processed again rather than looked up.
+PDF_PAGES = [f"Page {i}: the ledger keeps every claim and lease. " * 12 for i in range(140)]
+
+
+async def run_worker(ledger: Ledger, pool: ParserPool) -> Worker:
+    worker = Worker(ledger, "w-reuse", pool=pool, concurrency=1, register=False)
+    await worker.run(until_idle=True)
+    return worker
+
+
+async def test_the_same_pdf_again_reuses_the_result_instead_of_parsing(ledger: Ledger) -> None:
+    pdf = hostile.make_pdf(PDF_PAGES)
+    first = await ledger.operator.add_many([(pdf, "report.pdf")], submit=True)
+    async with ParserPool(workers=1) as pool:
+        await run_worker(ledger, pool)
+        parses = pool.parses_started
+        again = await ledger.operator.add_many([(pdf, "report-copy.pdf")], submit=True)
+        await run_worker(ledger, pool)
+        assert pool.parses_started == parses  # not parsed a second time
+    (_, original), (_, copy) = first[0], again[0]
+    assert original is not None and copy is not None
+    done = await ledger.reads.get_task(copy.task_id)
+    assert done.status is TaskStatus.SUCCEEDED
+    assert done.options["reused_from"] == original.task_id
+    before = await ledger.reads.chunk_records(original.document_id)
+    after = await ledger.reads.chunk_records(copy.document_id)
+    assert after == before and len(after) > 0
+
+
+async def test_a_result_that_no_longer_verifies_is_made_again(ledger: Ledger) -> None:
+    pdf = hostile.make_pdf(PDF_PAGES)
+    [(doc, _)] = await ledger.operator.add_many([(pdf, "report.pdf")], submit=True)
+    async with ParserPool(workers=1) as pool:
+        await run_worker(ledger, pool)
+        await ledger.transactions.write(
+            lambda conn: conn.execute(
+                text("UPDATE chunks SET text = 'tampered' WHERE document_id = :d AND ordinal = 0"),
+                {"d": doc.document_id},
+            )
+        )
+        parses = pool.parses_started
+        [(_, copy)] = await ledger.operator.add_many([(pdf, "copy.pdf")], submit=True)
+        await run_worker(ledger, pool)
+        assert pool.parses_started == parses + 1
+    assert copy is not None
+    done = await ledger.reads.get_task(copy.task_id)
+    assert done.status is TaskStatus.SUCCEEDED and "reused_from" not in done.options
+
+
+async def test_a_second_task_with_the_same_key_waits_for_the_running_one(
+    ledger: Ledger,
+) -> None:
+    added = await ledger.operator.add_many([(b"same\n", "a.md"), (b"same\n", "b.md")], submit=True)
+    first, second = (t for _, t in added if t is not None)
+    a = await ledger.queue.claim(first.task_id, "w1")
+    b = await ledger.queue.claim(second.task_id, "w2")
+    assert a is not None and b is not None
+    assert await ledger.queue.hold_key(a, "k" * 64) is None
+    assert await ledger.queue.hold_key(b, "k" * 64) == first.task_id
+    assert await ledger.queue.hand_back(b, reason="waiting", delay_s=2.0)
+    waiting = await ledger.reads.get_task(second.task_id)
+    assert waiting.status is TaskStatus.RETRY_WAIT and waiting.next_attempt_at is not None
+    assert await ledger.queue.finish(a, [])
+    b2 = await ledger.queue.claim_next("w2")
+    assert b2 == []  # not due for 2 s
+    stale = a
+    assert await ledger.queue.hold_key(stale, "k" * 64) == "lost"
+
+
+def test_the_reuse_corpus_is_big_enough_to_be_looked_up() -> None:
+    from core.ingest.pipeline import REUSE_MIN_BYTES
+
+    assert len(hostile.make_pdf(PDF_PAGES)) >= REUSE_MIN_BYTES
