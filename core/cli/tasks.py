@@ -44,7 +44,12 @@ async def cmd_task(ledger: Ledger, args: argparse.Namespace, out: Output) -> Non
         f"stage     {task.stage.value} {task.completed}/{task.total}",
         f"attempt   {task.attempt} of {task.max_attempts}",
         f"worker    {task.worker_id or '-'}",
-        f"key       {task.options.get('processing_key', '-')}",
+        f"key       {task.options.get('processing_key', '-')}"
+        + (
+            f"  (reused from task {task.options['reused_from']})"
+            if "reused_from" in task.options
+            else ""
+        ),
         f"error     {task.error_code.value if task.error_code else '-'}"
         + (f" ({task.error_detail})" if task.error_detail else ""),
         "history:",
