@@ -29,6 +29,10 @@ class Conflict(IngestDeskError):
     exit_code = 3
 
 
+class KeyReused(Conflict):
+    """That idempotency key was used for a different request; use a new key."""
+
+
 class NotFound(IngestDeskError):
     """No such record in the ledger."""
 

@@ -463,6 +463,17 @@ def test_every_cli_reference_row_does_what_it_says(
         out, _ = server.communicate(timeout=CLI_TIMEOUT_S)
     assert "Application shutdown complete" in out, out
 
+    # add/upload/submit --idempotency-key K: a repeat returns the first answer
+    (keyed,) = value("add", "c.txt", "--name", "keyed.txt", "--idempotency-key", "ref-k1")
+    (repeat,) = value("add", "c.txt", "--name", "keyed.txt", "--idempotency-key", "ref-k1")
+    assert repeat["task_id"] == keyed["task_id"]
+    assert run("submit", keyed["document_id"], "--idempotency-key", "ref-k1").code == 3
+    (kept,) = value("upload", "b.md", "--idempotency-key", "ref-k2")
+    assert value("upload", "b.md", "--idempotency-key", "ref-k2")[0] == kept
+    # prune [--older-than DAYS]: forget idempotency keys past their retention
+    assert value("prune")["idempotency_keys_removed"] == 0
+    assert value("prune", "--older-than", "0")["idempotency_keys_removed"] == 2
+
     # Every row of the reference was run (a new row needs an example above).
     assert covered == reference_commands()
 

@@ -20,6 +20,7 @@ from core.errors import (
     BadInput,
     Conflict,
     IngestDeskError,
+    KeyReused,
     LedgerUnavailable,
     NotFound,
     StoreUnavailable,
@@ -31,6 +32,8 @@ log = logging.getLogger("ingestdesk.api")
 # Most specific first: SchemaTooNew is a LedgerUnavailable, and so on.
 STATUS_OF: tuple[tuple[type[IngestDeskError], int], ...] = (
     (BadInput, 422),
+    # The IETF Idempotency-Key draft: a key reused with another payload is 422.
+    (KeyReused, 422),
     (Conflict, 409),
     (NotFound, 404),
     (LedgerUnavailable, 503),

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from core.cli import documents, serve, tasks, uploads, worker
+from core.cli import documents, maintenance, serve, tasks, uploads, worker
 from core.cli.command import Command
 from core.cli.options import CliParser, UsageError, common_options, default_actor
 from core.cli.output import (
@@ -51,6 +51,7 @@ CORE_COMMANDS: tuple[Command, ...] = (
     worker.WORKER,
     serve.SERVE,
     serve.TOKENS,
+    maintenance.PRUNE,
 )
 
 

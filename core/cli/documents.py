@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from core.cli.command import Command, on_ledger
 from core.cli.options import limit_argument
 from core.cli.output import Output, document_line, task_line
+from core.cli.uploads import idempotency_argument
 from core.states import DocumentStatus
 
 if TYPE_CHECKING:
@@ -22,10 +23,18 @@ HIT_PREVIEW_CHARS = 80  # characters of each hit that `search` shows
 
 async def cmd_submit(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     """``ingestdesk submit DOC_ID``: a queued task for a draft document."""
-    task = await ledger.operator.submit(args.document_id, actor=args.actor)
+    again = ""
+    if args.idempotency_key is not None:
+        once = await ledger.operator.submit_once(
+            args.document_id, key=args.idempotency_key, actor=args.actor
+        )
+        task = once.value
+        again = " (already done under this idempotency key; nothing new)" if once.replayed else ""
+    else:
+        task = await ledger.operator.submit(args.document_id, actor=args.actor)
     out.emit(
         task.to_dict(),
-        f"submitted task={task.task_id} document={task.document_id} status={task.status}",
+        f"submitted task={task.task_id} document={task.document_id} status={task.status}{again}",
     )
 
 
@@ -105,11 +114,16 @@ def _search(parser: argparse.ArgumentParser) -> None:
 
 # None of these can do anything in a ledger that does not exist yet: a missing one is
 # refused, not created (create=False), so a mistyped --db leaves nothing behind.
+def _submit(parser: argparse.ArgumentParser) -> None:
+    _document_id(parser)
+    idempotency_argument(parser)
+
+
 SUBMIT = Command(
     "submit",
     "submit a draft document for ingestion",
     on_ledger(cmd_submit, create=False),
-    _document_id,
+    _submit,
 )
 DOCUMENTS = Command(
     "documents", "list documents", on_ledger(cmd_documents, create=False), _documents

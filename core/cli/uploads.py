@@ -154,7 +154,17 @@ async def _add_batch(
         ledger = await Ledger.open(settings, ids=ids)
         max_bytes = ledger.settings.max_upload_bytes
         inputs = await asyncio.to_thread(read_inputs, args, max_bytes, stop, stdin)
-        added = await ledger.operator.add_many(inputs, submit=submit, actor=args.actor)
+        replayed = False
+        if args.idempotency_key is not None:
+            if len(inputs) != 1:
+                raise BadInput("--idempotency-key names one request: give exactly one file")
+            [(data, name)] = inputs
+            once = await ledger.operator.add_once(
+                data, name, key=args.idempotency_key, submit=submit, actor=args.actor
+            )
+            added, replayed = [once.value], once.replayed
+        else:
+            added = await ledger.operator.add_many(inputs, submit=submit, actor=args.actor)
     except asyncio.CancelledError:
         # Ctrl-C: asyncio.run turns the first SIGINT into this cancellation.
         stop.set()
@@ -166,7 +176,7 @@ async def _add_batch(
     finally:
         if ledger is not None:
             await ledger.close()
-    _answer(out, added, submit=submit)
+    _answer(out, added, submit=submit, replayed=replayed)
 
 
 async def _what_was_left(settings: Settings, ids: IssuedIds, files: int) -> str:
@@ -200,13 +210,19 @@ async def _exists(ledger: Ledger, record_id: str) -> bool:
 
 
 def _answer(
-    out: Output, added: list[tuple[DocumentView, TaskView | None]], *, submit: bool
+    out: Output,
+    added: list[tuple[DocumentView, TaskView | None]],
+    *,
+    submit: bool,
+    replayed: bool = False,
 ) -> None:
+    # A repeated request (same idempotency key) answers what the first one did.
+    again = " (already done under this idempotency key; nothing new)" if replayed else ""
     if not submit:
         out.emit(
             [d.to_dict() for d, _ in added],
             [
-                f"uploaded document={d.document_id} kind={d.kind.value} name={d.filename}"
+                f"uploaded document={d.document_id} kind={d.kind.value} name={d.filename}{again}"
                 for d, _ in added
             ],
         )
@@ -215,7 +231,7 @@ def _answer(
     out.emit(
         [t.to_dict() for _, t in tasks],
         [
-            f"submitted task={t.task_id} document={t.document_id} name={d.filename}"
+            f"submitted task={t.task_id} document={t.document_id} name={d.filename}{again}"
             for d, t in tasks
         ],
     )
@@ -224,6 +240,17 @@ def _answer(
 def _files(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="a path, or - for stdin")
     parser.add_argument("--name", help="display name (required with -)")
+    idempotency_argument(parser)
+
+
+def idempotency_argument(parser: argparse.ArgumentParser) -> None:
+    """``--idempotency-key K``: a repeat with the same key does nothing new."""
+    parser.add_argument(
+        "--idempotency-key",
+        metavar="K",
+        help="repeating the request with the same key returns the first answer and does "
+        "nothing again; the same key with other content is a conflict (keys are kept 7 days)",
+    )
 
 
 UPLOAD = Command(

@@ -10,7 +10,8 @@ PostgreSQL database, as a package of roles over one schema.
 * ``ledger.reads`` — lists, the revision feed, counts, history, chunks, search
   (:mod:`core.ledger.reads`);
 * ``ledger.registry`` — workers seen in the ledger (:mod:`core.ledger.registry`);
-* ``ledger.tokens`` — API tokens and their roles (:mod:`core.ledger.tokens`).
+* ``ledger.tokens`` — API tokens and their roles (:mod:`core.ledger.tokens`);
+* ``ledger.idempotency`` — clients' idempotency keys (:mod:`core.ledger.idempotency`).
 
 Every state change is a conditional UPDATE whose WHERE clause *is* the transition
 rule, so two writers racing on one row can never both win: the loser's statement
@@ -27,6 +28,7 @@ from collections.abc import Callable
 
 from core.config import Settings
 from core.ledger.actions import Operator
+from core.ledger.idempotency import IdempotencyKeys, Once
 from core.ledger.migrate import current_revision
 from core.ledger.queue import WorkQueue
 from core.ledger.reads import Reads
@@ -79,6 +81,7 @@ class Ledger:
         )
         self.registry = WorkerRegistry(transactions, clock)
         self.tokens = TokenRegistry(transactions, clock, ids)
+        self.idempotency = IdempotencyKeys(transactions, clock)
 
     @classmethod
     async def open(
@@ -132,6 +135,7 @@ __all__ = [
     "Ledger",
     "LedgerStats",
     "NewToken",
+    "Once",
     "Operator",
     "Reads",
     "Reaped",

@@ -22,7 +22,8 @@ from core.config import Settings
 from core.errors import BadInput, Conflict, NotFound
 from core.filters import TaskFilter
 from core.intake import check_upload, display_name, read_upload
-from core.ledger import rows
+from core.ledger import idempotency, rows
+from core.ledger.idempotency import Once
 from core.ledger.reads import Reads
 from core.ledger.schema import CANCELLABLE_SQL, DOCUMENTS, OUTBOX, TASKS
 from core.ledger.statements import DELETE_CHUNKS, TASK_COLUMNS, next_revision
@@ -97,6 +98,57 @@ class Operator:
         objects, which are harmless and shared by the next upload of the same bytes.
         """
         check_identifier(actor, "actor")
+        documents = await self._stored_documents(files)
+        task_ids = [self._ids() for _ in documents] if submit else []
+        now = self.clock()
+
+        def tx(conn: Connection) -> list[tuple[DocumentView, TaskView | None]]:
+            return self._insert_documents(conn, documents, task_ids, now, actor)
+
+        return await self._tx.write(tx)
+
+    async def add_once(
+        self,
+        data: bytes,
+        name: str,
+        *,
+        key: str,
+        submit: bool,
+        actor: str = "system",
+    ) -> Once[tuple[DocumentView, TaskView | None]]:
+        """:meth:`add_many` of one file under a client's idempotency key: the first
+        request with ``key`` adds the document; a repeat with the same content gets
+        the original answer back (``replayed``) and adds nothing; the same key with
+        other content is a conflict. The key is recorded in the same transaction as
+        the document, so no second request can slip in between."""
+        check_identifier(actor, "actor")
+        key = idempotency.check_key(key)
+        [document] = await self._stored_documents([(data, name)])
+        fingerprint = idempotency.fingerprint(
+            "add" if submit else "upload", sha256=str(document["sha256"])
+        )
+        task_ids = [self._ids()] if submit else []
+        now = self.clock()
+
+        def tx(conn: Connection) -> Once[tuple[DocumentView, TaskView | None]]:
+            earlier = idempotency.find(conn, key, fingerprint)
+            if earlier is not None:
+                doc = DocumentView.from_row(rows.document_row(conn, earlier.document_id))
+                task = _task_by_id(conn, earlier.task_id)
+                return Once((doc, task), replayed=True)
+            [(doc, task)] = self._insert_documents(conn, [document], task_ids, now, actor)
+            idempotency.record(
+                conn, key, fingerprint, doc.document_id, task.task_id if task else None, now
+            )
+            return Once((doc, task), replayed=False)
+
+        return await self._tx.write(tx)
+
+    async def _stored_documents(
+        self, files: Sequence[tuple[bytes, str]]
+    ) -> list[dict[str, object]]:
+        """Judge every file (one line naming each problem), store the originals, and
+        make their draft rows (not yet written)."""
         kinds: list[DocumentKind] = []
         problems: list[str] = []
         for data, name in files:
@@ -109,7 +161,7 @@ class Operator:
         # fsync can take tens of milliseconds: keep it off the event loop.
         stored = [await asyncio.to_thread(self.store.put, data) for data, _ in files]
         now = self.clock()
-        documents = [
+        return [
             {
                 "id": self._ids(),
                 "filename": display_name(name),
@@ -124,22 +176,27 @@ class Operator:
             }
             for (data, name), kind, (key, digest) in zip(files, kinds, stored, strict=True)
         ]
-        task_ids = [self._ids() for _ in documents] if submit else []
 
-        def tx(conn: Connection) -> list[tuple[DocumentView, TaskView | None]]:
-            if documents:
-                conn.execute(insert(DOCUMENTS), documents)
-            out: list[tuple[DocumentView, TaskView | None]] = []
-            for i, doc in enumerate(documents):
-                task = (
-                    self._submit_in(conn, str(doc["id"]), task_ids[i], now, actor, None)
-                    if submit
-                    else None
-                )
-                out.append((DocumentView.from_row(doc), task))
-            return out
-
-        return await self._tx.write(tx)
+    def _insert_documents(
+        self,
+        conn: Connection,
+        documents: Sequence[dict[str, object]],
+        task_ids: Sequence[str],
+        now: float,
+        actor: str,
+    ) -> list[tuple[DocumentView, TaskView | None]]:
+        """Write the drafts, and submit each when ``task_ids`` names their tasks."""
+        if documents:
+            conn.execute(insert(DOCUMENTS), list(documents))
+        out: list[tuple[DocumentView, TaskView | None]] = []
+        for i, doc in enumerate(documents):
+            task = (
+                self._submit_in(conn, str(doc["id"]), task_ids[i], now, actor, None)
+                if task_ids
+                else None
+            )
+            out.append((DocumentView.from_row(doc), task))
+        return out
 
     # --------------------------------------------------------- document moves
 
@@ -155,6 +212,31 @@ class Operator:
         def tx(conn: Connection) -> TaskView:
             doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
             return self._submit_in(conn, doc_id, task_id, now, actor, expected_version)
+
+        return await self._tx.write(tx)
+
+    async def submit_once(
+        self, document_id: str, *, key: str, actor: str = "system"
+    ) -> Once[TaskView]:
+        """:meth:`submit` under a client's idempotency key: a repeat for the same
+        document gets the original task back (``replayed``), even after that task
+        moved on; the same key for another document is a conflict."""
+        check_identifier(actor, "actor")
+        key = idempotency.check_key(key)
+        now = self.clock()
+        task_id = self._ids()
+
+        def tx(conn: Connection) -> Once[TaskView]:
+            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            fingerprint = idempotency.fingerprint("submit", document_id=doc_id)
+            earlier = idempotency.find(conn, key, fingerprint)
+            if earlier is not None and earlier.task_id is not None:
+                task = _task_by_id(conn, earlier.task_id)
+                if task is not None:
+                    return Once(task, replayed=True)
+            task = self._submit_in(conn, doc_id, task_id, now, actor, None)
+            idempotency.record(conn, key, fingerprint, doc_id, task.task_id, now)
+            return Once(task, replayed=False)
 
         return await self._tx.write(tx)
 
@@ -434,6 +516,17 @@ class Operator:
             except (Conflict, NotFound):
                 refused += 1
         return replace(result, done=done, refused=refused)
+
+
+def _task_by_id(conn: Connection, task_id: str | None) -> TaskView | None:
+    if task_id is None:
+        return None
+    row = conn.execute(
+        select(*TASK_COLUMNS, DOCUMENTS.c.filename)
+        .select_from(TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id))
+        .where(TASKS.c.id == task_id)
+    ).first()
+    return None if row is None else TaskView.from_row(row, document_name=row.filename)
 
 
 def _reason(reason: str | None) -> str | None:

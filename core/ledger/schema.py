@@ -202,6 +202,19 @@ class ApiToken(Base):
     revoked_at: Mapped[float | None] = mapped_column(Float)
 
 
+class IdempotencyKey(Base):
+    """A client's idempotency key and what its first request did (see
+    core.ledger.idempotency)."""
+
+    __tablename__ = "idempotency_keys"
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    document_id: Mapped[str] = mapped_column(String(32))
+    task_id: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+
+
 TASKS = cast(Table, IngestionTask.__table__)
 DOCUMENTS = cast(Table, Document.__table__)
 EVENTS = cast(Table, TaskEvent.__table__)
@@ -209,3 +222,4 @@ CHUNKS = cast(Table, Chunk.__table__)
 OUTBOX = cast(Table, Outbox.__table__)
 WORKERS = cast(Table, WorkerRecord.__table__)
 API_TOKENS = cast(Table, ApiToken.__table__)
+IDEMPOTENCY_KEYS = cast(Table, IdempotencyKey.__table__)
