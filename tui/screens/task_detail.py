@@ -204,8 +204,16 @@ class TaskDetailScreen(Screen[None]):
                 ("meaning", info.meaning),
                 ("what to do", info.advice),
             ]
-        if task.options:
-            rows.append(("options", " ".join(f"{k}={v}" for k, v in sorted(task.options.items()))))
+        options = dict(task.options)
+        key = options.pop("processing_key", None)
+        reused_from = options.pop("reused_from", None)
+        options.pop("result_sha256", None)  # a checksum, not something to read
+        if key is not None:
+            rows.append(("processing key", str(key)))
+        if reused_from is not None:
+            rows.append(("result", f"reused from task {reused_from} (not parsed again)"))
+        if options:
+            rows.append(("options", " ".join(f"{k}={v}" for k, v in sorted(options.items()))))
         if document is None:
             rows.append(("document", f"{task.document_id} ({missing})"))
         else:
