@@ -19,6 +19,7 @@ from core.api.problems import ApiProblem
 
 FORM_OVERHEAD_BYTES = 64 * 1024  # room for the multipart framing and the small fields
 FIELD_MAX_BYTES = 4096  # bytes of a non-file field (the name)
+PARTS_MAX = 16  # parts of a form at most (it needs two: file and name)
 
 
 @dataclass
@@ -72,6 +73,8 @@ async def read_upload(request: Request, max_bytes: int) -> Upload:
         return current
 
     def on_part_begin() -> None:
+        if len(parts) >= PARTS_MAX:
+            raise ApiProblem(400, "BadInput", f"a form of more than {PARTS_MAX} parts")
         state["current"] = _Part()
 
     def on_header_field(data: bytes, start: int, end: int) -> None:
@@ -112,8 +115,14 @@ async def read_upload(request: Request, max_bytes: int) -> Upload:
             "on_part_end": on_part_end,
         },
     )
+    received = 0
     try:
         async for chunk in request.stream():
+            # The whole body is capped too, not only the file: a stream of endless
+            # small fields (no Content-Length) must not grow memory either.
+            received += len(chunk)
+            if received > max_bytes + FORM_OVERHEAD_BYTES:
+                raise _too_large(max_bytes)
             parser.write(chunk)
         parser.finalize()
     except MultipartParseError as exc:

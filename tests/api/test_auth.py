@@ -149,3 +149,27 @@ def test_an_upload_over_the_cap_is_413_before_it_is_read(settings: Settings) -> 
             assert client.get("/api/ingestion-tasks").json()["tasks"] == []
     finally:
         stop_server(server)
+
+
+def test_a_form_of_endless_small_fields_is_refused_not_buffered(api: Api) -> None:
+    """No Content-Length, no file part: thousands of tiny fields, streamed."""
+    boundary = "edge"
+
+    def body() -> Iterator[bytes]:
+        for i in range(5000):
+            yield (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="f{i}"\r\n\r\nx\r\n'
+            ).encode()
+        yield f"--{boundary}--\r\n".encode()
+
+    with api.client() as client:
+        try:
+            answer = client.post(
+                "/api/documents",
+                content=body(),
+                headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+            )
+            is_problem(answer, 400, "BadInput")
+        except httpx.TransportError:
+            pass  # answered and closed before the client finished sending
+        assert client.get("/api/ingestion-tasks").json()["tasks"] == []
