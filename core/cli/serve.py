@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
 from core.cli.options import common_options, settings_from_args, whole_number
-from core.cli.output import EXIT_OK, Output, write_line
-from core.errors import BadInput
+from core.cli.output import EXIT_OK, Output, flush, write_line
+from core.errors import BadInput, IngestDeskError
 from core.safe_text import visible
 from core.states import Role
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 PORT_MAX = 65_535
+LISTEN_BACKLOG = 2048  # pending connections the kernel may queue (uvicorn's default)
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,22 +59,53 @@ def run_serve(args: argparse.Namespace, out: Output) -> int:
             "it could change the ledger. Create one (ingestdesk tokens create NAME --role "
             "operator) or listen on 127.0.0.1"
         )
+    # The socket is bound here, before uvicorn starts: a port in use or a host that
+    # does not resolve is one line and exit 1 (uvicorn would log it and exit 3, which
+    # this CLI's scripts read as a state-machine conflict), and port 0 is reported as
+    # the port it became.
+    listener = _listen(args.host, args.port)
+    host, port = listener.getsockname()[:2]
     config = uvicorn.Config(
         create_app(settings),
-        host=args.host,
-        port=args.port,
         log_level="info",
         # A proxy's X-Forwarded-For must not make a remote client look local.
         proxy_headers=False,
         server_header=False,
     )
     server = uvicorn.Server(config)
+    where = f"[{host}]" if ":" in host else host
     write_line(
-        f"serving the ledger {shown_url(settings.db_url)} on http://{args.host}:{args.port} "
+        f"serving the ledger {shown_url(settings.db_url)} on http://{where}:{port} "
         "(API docs at /docs; Ctrl-C or SIGTERM stops)"
     )
-    server.run()
+    flush()
+    server.run(sockets=[listener])
     return EXIT_OK
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port``, or one line saying why not."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise ServeFailed(f"cannot listen on {host}: {exc.strerror}") from exc
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        listener.close()
+        raise ServeFailed(
+            f"cannot listen on {host}:{port}: {exc.strerror or type(exc).__name__}"
+        ) from exc
+    return listener
+
+
+class ServeFailed(IngestDeskError):
+    """The server could not start listening."""
+
+    exit_code = 1
 
 
 SERVE = Command(

@@ -173,3 +173,24 @@ def test_a_form_of_endless_small_fields_is_refused_not_buffered(api: Api) -> Non
         except httpx.TransportError:
             pass  # answered and closed before the client finished sending
         assert client.get("/api/ingestion-tasks").json()["tasks"] == []
+
+
+def test_a_port_in_use_or_an_unknown_host_is_one_line_and_exit_1(settings: Settings) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        busy = cli(settings, "serve", "--port", port, timeout=30)
+    assert busy.returncode == 1, busy
+    assert busy.stderr.strip().startswith(f"ingestdesk: cannot listen on 127.0.0.1:{port}")
+    assert "serving" not in busy.stdout and "Traceback" not in busy.stderr
+    # With a token, a public address is allowed: a name that does not resolve is then
+    # the one thing wrong.
+    assert cli(settings, "tokens", "create", "ops", "--role", "operator").returncode == 0
+    unknown = cli(settings, "serve", "--host", "no-such-host.invalid", "--json", timeout=30)
+    assert unknown.returncode == 1, unknown
+    import json
+
+    assert json.loads(unknown.stdout)["error"]["kind"] == "ServeFailed"
