@@ -45,7 +45,9 @@ KEY_ON_LOOP_MAX_BYTES = 1 << 20  # bytes; larger originals get their processing 
 # small corpus (one-page PDFs and notes), looking up every document took small
 # documents/s from 0.55x to 0.45x of bare parsing. Their key is recorded at finish.
 REUSE_MIN_BYTES = 64 * 1024  # bytes
-KEY_WAIT_S = 2.0  # seconds a task waits before looking again at a task making its result
+# Each wait is a hand-back and a history line: long enough not to flood the history
+# while a big document is parsed, short next to the parse it saves.
+KEY_WAIT_S = 10.0  # seconds a task waits before looking again at a task making its result
 PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes
 # While nothing new is to be written (a long parse), a running task's row is still
 # written this often: the heartbeat that renews the lease is also how a worker learns
