@@ -17,8 +17,9 @@ import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from core.api.problems import ApiProblem
 from core.ledger import Ledger, TokenView
@@ -98,7 +99,7 @@ class Gate:
         return Caller(view.name, view.role)
 
 
-def requires(role: Role) -> Callable[[Request], Awaitable[Caller]]:
+def _requires(role: Role) -> Callable[[Request], Awaitable[Caller]]:
     """A FastAPI dependency: the caller, if their role includes ``role``."""
 
     async def dependency(request: Request) -> Caller:
@@ -113,3 +114,9 @@ def requires(role: Role) -> Callable[[Request], Awaitable[Caller]]:
         return caller
 
     return dependency
+
+
+# What an endpoint asks for, by the least role that may call it.
+Viewer = Annotated[Caller, Depends(_requires(Role.VIEWER))]
+Operator = Annotated[Caller, Depends(_requires(Role.OPERATOR))]
+Publisher = Annotated[Caller, Depends(_requires(Role.PUBLISHER))]

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Header, Request, Response
 
-from core.api.auth import Caller, requires
+from core.api.auth import Operator, Publisher, Viewer
 from core.api.context import ledger_of
 from core.api.uploads import read_upload
-from core.states import Role
 
 router = APIRouter(prefix="/api/documents", tags=["documents"])
 
-Viewer = Annotated[Caller, Depends(requires(Role.VIEWER))]
-Operator = Annotated[Caller, Depends(requires(Role.OPERATOR))]
-Publisher = Annotated[Caller, Depends(requires(Role.PUBLISHER))]
 IdempotencyKey = Annotated[
     str | None,
     Header(

@@ -5,22 +5,20 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
-from core.api.auth import Caller, requires
+from core.api.auth import Viewer
 from core.api.context import ledger_of
 from core.errors import LedgerUnavailable
 from core.ledger import LedgerStats
 from core.ledger.migrate import SCHEMA_HEAD
-from core.states import Role
 
 router = APIRouter(tags=["service"])
 
-Viewer = Annotated[Caller, Depends(requires(Role.VIEWER))]
 SEARCH_MAX = 100  # hits per search at most
 
 

@@ -7,19 +7,17 @@ import binascii
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 
-from core.api.auth import Caller, requires
+from core.api.auth import Operator, Viewer
 from core.api.context import ledger_of
 from core.errors import BadInput
 from core.filters import parse_filter
 from core.ledger import TaskPosition
-from core.states import ErrorCode, Role, TaskStatus
+from core.states import ErrorCode, TaskStatus
 
 router = APIRouter(prefix="/api/ingestion-tasks", tags=["ingestion tasks"])
 
-Viewer = Annotated[Caller, Depends(requires(Role.VIEWER))]
-Operator = Annotated[Caller, Depends(requires(Role.OPERATOR))]
 
 PAGE_DEFAULT = 100  # tasks per page unless asked
 PAGE_MAX = 1000  # tasks per page at most

@@ -134,7 +134,7 @@ class Operator:
             earlier = idempotency.find(conn, key, fingerprint)
             if earlier is not None:
                 doc = DocumentView.from_row(rows.document_row(conn, earlier.document_id))
-                task = _task_by_id(conn, earlier.task_id)
+                task = None if earlier.task_id is None else rows.task_view(conn, earlier.task_id)
                 return Once((doc, task), replayed=True)
             [(doc, task)] = self._insert_documents(conn, [document], task_ids, now, actor)
             idempotency.record(
@@ -231,7 +231,7 @@ class Operator:
             fingerprint = idempotency.fingerprint("submit", document_id=doc_id)
             earlier = idempotency.find(conn, key, fingerprint)
             if earlier is not None and earlier.task_id is not None:
-                task = _task_by_id(conn, earlier.task_id)
+                task = rows.task_view(conn, earlier.task_id)
                 if task is not None:
                     return Once(task, replayed=True)
             task = self._submit_in(conn, doc_id, task_id, now, actor, None)
@@ -516,17 +516,6 @@ class Operator:
             except (Conflict, NotFound):
                 refused += 1
         return replace(result, done=done, refused=refused)
-
-
-def _task_by_id(conn: Connection, task_id: str | None) -> TaskView | None:
-    if task_id is None:
-        return None
-    row = conn.execute(
-        select(*TASK_COLUMNS, DOCUMENTS.c.filename)
-        .select_from(TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id))
-        .where(TASKS.c.id == task_id)
-    ).first()
-    return None if row is None else TaskView.from_row(row, document_name=row.filename)
 
 
 def _reason(reason: str | None) -> str | None:

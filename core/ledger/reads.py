@@ -16,7 +16,6 @@ from core.filters import COMPARISONS, TaskFilter, Term
 from core.ledger import rows
 from core.ledger.registry import WORKER_GONE_AFTER_S
 from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, TASKS, WORKERS
-from core.ledger.statements import TASK_COLUMNS
 from core.ledger.transactions import Transactions
 from core.ledger.views import (
     ChunkRecord,
@@ -35,12 +34,6 @@ from core.states import DocumentStatus, ErrorCode, Stage, TaskStatus
 FEED_LIMIT = 5000  # tasks per "what changed since R" answer
 
 
-def _tasks_with_names() -> Select[Any]:
-    return select(*TASK_COLUMNS, DOCUMENTS.c.filename).select_from(
-        TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
-    )
-
-
 def _views(conn: Connection, query: Select[Any]) -> list[TaskView]:
     return [TaskView.from_row(r, document_name=r.filename) for r in conn.execute(query)]
 
@@ -55,9 +48,9 @@ class Reads:
 
     async def get_task(self, task_id: str) -> TaskView:
         def tx(conn: Connection) -> TaskView:
-            resolved = rows.resolve_id(conn, TASKS, task_id, "task")
-            row = conn.execute(_tasks_with_names().where(TASKS.c.id == resolved)).one()
-            return TaskView.from_row(row, document_name=row.filename)
+            view = rows.task_view(conn, rows.resolve_id(conn, TASKS, task_id, "task"))
+            assert view is not None  # resolve_id found it in this transaction
+            return view
 
         return await self._tx.read(tx)
 
@@ -78,7 +71,7 @@ class Reads:
         (keyset pagination: the page after a position costs the same however deep it
         is, and tasks added meanwhile neither repeat nor shift a page).
         """
-        query = _tasks_with_names()
+        query = rows.tasks_with_names()
         if before is not None:
             query = query.where(
                 tuple_(TASKS.c.created_at, TASKS.c.id) < tuple_(before.created_at, before.task_id)
@@ -211,7 +204,7 @@ class Reads:
         highest revision it has seen and asks again: cost follows the change rate,
         not the ledger's size."""
         query = (
-            _tasks_with_names()
+            rows.tasks_with_names()
             .where(TASKS.c.revision > revision)
             .order_by(TASKS.c.revision)
             .limit(limit)

@@ -11,13 +11,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Row, Table, select
+from sqlalchemy import Row, Select, Table, select
 from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, Conflict, NotFound
 from core.ledger.schema import DOCUMENTS, TASKS
-from core.ledger.statements import INSERT_EVENTS, MOVE_DOCUMENT
-from core.ledger.views import DocumentView
+from core.ledger.statements import INSERT_EVENTS, MOVE_DOCUMENT, TASK_COLUMNS
+from core.ledger.views import DocumentView, TaskView
 from core.states import DocumentStatus
 
 SHORT_ID_MIN = 4  # characters a task/document id prefix needs to be accepted
@@ -58,6 +58,20 @@ def document_row(conn: Connection, document_id: str) -> Row[Any]:
     if row is None:
         raise NotFound(f"no document {document_id}")
     return row
+
+
+def tasks_with_names() -> Select[Any]:
+    """Tasks with their document's name (None once the document is gone), as every
+    TaskView is read."""
+    return select(*TASK_COLUMNS, DOCUMENTS.c.filename).select_from(
+        TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
+    )
+
+
+def task_view(conn: Connection, task_id: str) -> TaskView | None:
+    """One task as a view, by full id; None if there is no such task."""
+    row = conn.execute(tasks_with_names().where(TASKS.c.id == task_id)).first()
+    return None if row is None else TaskView.from_row(row, document_name=row.filename)
 
 
 def documents_by_id(conn: Connection, document_ids: Iterable[str]) -> dict[str, DocumentView]:
