@@ -55,6 +55,12 @@ class StoreUnavailable(IngestDeskError):
     exit_code = 1
 
 
+class ProviderUnreachable(IngestDeskError):
+    """The embedding provider could not be reached."""
+
+    exit_code = 1
+
+
 class ObjectReadError(IngestDeskError):
     """The stored original is missing or does not match its checksum."""
 

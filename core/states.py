@@ -57,8 +57,35 @@ class ErrorCode(StrEnum):
     OBJECT_READ_ERROR = "object_read_error"
     DOCUMENT_NOT_FOUND = "document_not_found"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    NEEDS_REVIEW = "needs_review"
+    PROVIDER_FAILED = "provider_failed"
     LEASE_EXPIRED = "lease_expired"
     INTERNAL_ERROR = "internal_error"
+
+
+class RequestState(StrEnum):
+    """What the provider ledger knows of one request to a remote provider."""
+
+    UNKNOWN = "unknown"  # the intent is committed; whether the provider did it is not known
+    DONE = "done"  # the reply came back, verified, and its result is stored
+    RECOVERED = "recovered"  # reconcile found it done at the provider, fetched and verified it
+    NEEDS_REVIEW = "needs_review"  # the provider never saw it, and resending needs a person
+    FAILED = "failed"  # the provider answered that it failed, or a person marked it failed
+    NOT_SENT = "not_sent"  # provably never reached the provider (refused, unreachable)
+    RESEND = "resend"  # a person (or a provider declaring repeats safe) allows sending again
+
+
+# The states whose result may be used: the reply (or the look-up) verified.
+REQUEST_RESULT_STATES: frozenset[RequestState] = frozenset(
+    {RequestState.DONE, RequestState.RECOVERED}
+)
+# The states in which sending the request is allowed: it provably did not reach the
+# provider, or a person decided. A failed request is not among them: the provider's
+# own "failed" is not retried blindly either.
+REQUEST_SENDABLE_STATES: frozenset[RequestState] = frozenset(
+    {RequestState.NOT_SENT, RequestState.RESEND}
+)
 
 
 class Role(StrEnum):
@@ -164,9 +191,28 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
         ),
         ErrorInfo(
             ErrorCode.PROVIDER_UNAVAILABLE,
-            "the embedding provider did not answer",
+            "the embedding provider could not be reached; nothing was sent",
             "retried automatically; retry by hand once the provider is back",
             transient=True,
+        ),
+        ErrorInfo(
+            ErrorCode.OUTCOME_UNKNOWN,
+            "a provider request went out but no usable reply came back; it may have been done",
+            "retried automatically after reconcile looks the request up; never sent blindly",
+            transient=True,
+        ),
+        ErrorInfo(
+            ErrorCode.NEEDS_REVIEW,
+            "a provider request's outcome was unknown and the provider has no record of it",
+            "decide with `ingestdesk review`: resend it, or mark it failed with a reason",
+            transient=False,
+        ),
+        ErrorInfo(
+            ErrorCode.PROVIDER_FAILED,
+            "the embedding provider answered that a request failed, or a person marked it so",
+            "a retry does not send it again; once the provider is fixed, "
+            "`ingestdesk review resend TASK` does",
+            transient=False,
         ),
         ErrorInfo(
             ErrorCode.LEASE_EXPIRED,

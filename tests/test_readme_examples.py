@@ -474,6 +474,38 @@ def test_every_cli_reference_row_does_what_it_says(
     assert value("prune")["idempotency_keys_removed"] == 0
     assert value("prune", "--older-than", "0")["idempotency_keys_removed"] == 2
 
+    # provider serve …, worker --provider URL, reconcile, review: the README's "Try it",
+    # with every reply lost so the reconcile has something to find.
+    provider = subprocess.Popen(
+        [*ingestdesk_program(), "provider", "serve", "--lose-reply", "1"],
+        cwd=tmp_path,
+        env=scratch_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    covered.add("provider")
+    try:
+        wait_for_http(f"{PROVIDER_URL}/healthz", provider)
+        (remote,) = value("add", "a.txt", "--name", "remote.txt")
+        worked = value("worker", remote["task_id"], "--provider", PROVIDER_URL)
+        assert worked["outcomes"] == {remote["task_id"]: "retry_wait"}
+        task = value("task", remote["task_id"])
+        assert task["error_code"] == "outcome_unknown"
+        assert value("review") == []  # unknown is not "needs review": it is looked up
+        # The provider has it (it committed, then lost the reply): reconcile finds it.
+        reconciled = value("reconcile", "--all")
+        assert [(d["answer"], d["state"]) for d in reconciled["decisions"]] == [
+            ("found", "recovered")
+        ]
+        assert reconciled["requests"]["recovered"] == 1, reconciled
+        assert "nothing waits for review" in ok(run("review")).stdout
+        assert run("review", "fail", remote["task_id"]).code == 2  # a reason is needed
+    finally:
+        provider.send_signal(signal.SIGTERM)
+        provider.communicate(timeout=CLI_TIMEOUT_S)
+    assert provider.returncode == 0
+
     # Every row of the reference was run (a new row needs an example above).
     assert covered == reference_commands()
 
@@ -481,6 +513,7 @@ def test_every_cli_reference_row_does_what_it_says(
 # ---------------------------------------------------------------------- The HTTP API
 
 API_PORT = 8000  # the README's examples name this port
+PROVIDER_URL = "http://127.0.0.1:8100"  # the README's provider example (its default port)
 
 
 def free_port() -> int:

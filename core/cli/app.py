@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from core.cli import documents, maintenance, serve, tasks, uploads, worker
+from core.cli import documents, maintenance, provider, review, serve, tasks, uploads, worker
 from core.cli.command import Command
 from core.cli.options import CliParser, UsageError, common_options, default_actor
 from core.cli.output import (
@@ -49,6 +49,9 @@ CORE_COMMANDS: tuple[Command, ...] = (
     documents.SEARCH,
     tasks.ERROR_CODES,
     worker.WORKER,
+    review.RECONCILE,
+    review.REVIEW,
+    provider.PROVIDER,
     serve.SERVE,
     serve.TOKENS,
     maintenance.PRUNE,

@@ -92,6 +92,12 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="characters of overlap (less than the chunk size)",
     )
     parser.add_argument(
+        "--provider",
+        metavar="URL",
+        help="embed with the remote provider at URL (e.g. one `ingestdesk provider serve` "
+        "runs); every call goes through the provider ledger (default: in-process)",
+    )
+    parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default="text",
@@ -128,6 +134,14 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         raise BadInput(
             f"--chunk-overlap ({overlap}) must be less than the chunk size ({size})"
         ) from exc
+    provider = getattr(args, "provider", None)
+    if provider is not None:
+        from core.cli.review import provider_url
+
+        try:
+            args.provider = provider_url(provider)
+        except argparse.ArgumentTypeError as exc:
+            raise BadInput(f"--provider: {exc}") from None
     if args.parser == "pdfium":
         try:
             import pypdfium2  # noqa: F401
@@ -202,7 +216,17 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
     # Under --json stdout holds the one answer: the log goes to stderr.
     log_format = getattr(args, "log_format", "text")
     with worker_log(sys.stderr if out.as_json else sys.stdout, log_format) as log:
-        ledger = await Ledger.open(settings)
+        provider = None
+        if getattr(args, "provider", None):
+            from core.cli.review import connect_provider
+
+            provider = await connect_provider(args.provider)
+        try:
+            ledger = await Ledger.open(settings)
+        except BaseException:
+            if provider is not None:
+                await provider.aclose()
+            raise
         # Start-up is done: what is loaded now lives as long as the process (why and
         # what it saves: core/gc_tuning.py).
         freeze_startup_objects()
@@ -213,6 +237,7 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
             concurrency=args.concurrency,
             lease_s=args.lease,
             options=options,
+            embedder=provider,
             on_event=log,
             register=bool(args.loop or args.until_idle),
         )
@@ -235,6 +260,8 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await ledger.close()
+            if provider is not None:
+                await provider.aclose()
     stats = worker.stats
     summary: dict[str, Any] = {
         "worker_id": worker.worker_id,

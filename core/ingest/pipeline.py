@@ -17,6 +17,13 @@ from typing import Any, TypeVar
 
 from core.errors import NotFound, ObjectReadError, error_detail_of
 from core.ingest.embedder import Embedder, ProviderUnavailable
+from core.ingest.embedding import (
+    Deferred,
+    NeedsReview,
+    RequestFailed,
+    TaskLost,
+    embedding_for,
+)
 from core.ingest.keys import CHUNKER_VERSION, processing_key, result_checksum
 from core.ingest.parse_pool import ParserPool, estimate_pages_async
 from core.ingest.parsing import (
@@ -30,8 +37,11 @@ from core.ingest.parsing import (
     parser_info,
     run_parse,
 )
+from core.ingest.providers import OutcomeUnknown, RemoteProvider
+from core.ingest.reconcile import describe
 from core.ledger import ChunkRecord, Claim, Ledger
 from core.ledger.queue import LOST
+from core.safe_text import neutralise
 from core.states import DocumentKind, ErrorCode, Stage
 from core.store import ObjectStore
 
@@ -96,10 +106,6 @@ class Outcome:
     detail: str | None = None
 
 
-class TaskLost(Exception):
-    """The worker no longer holds this task; it must stop writing."""
-
-
 Say = Callable[[str], None]
 T = TypeVar("T")
 
@@ -112,13 +118,14 @@ class Pipeline:
         ledger: Ledger,
         store: ObjectStore,
         pool: ParserPool,
-        embedder: Embedder,
+        embedder: Embedder | RemoteProvider,
         options: PipelineOptions | None = None,
     ) -> None:
         self.ledger = ledger
         self.store = store
         self.pool = pool
         self.embedder = embedder
+        self.embedding = embedding_for(embedder, ledger, store)
         self.options = options or PipelineOptions()
 
     async def run(self, claim: Claim, say: Say = lambda _line: None) -> Outcome:
@@ -138,7 +145,15 @@ class Pipeline:
         except ObjectReadError as exc:
             return await fail(ErrorCode.OBJECT_READ_ERROR, error_detail_of(exc))
         except ProviderUnavailable as exc:
-            return await fail(ErrorCode.PROVIDER_UNAVAILABLE, error_detail_of(exc))
+            return await fail(ErrorCode.PROVIDER_UNAVAILABLE, describe(exc))
+        except OutcomeUnknown as exc:
+            return await fail(ErrorCode.OUTCOME_UNKNOWN, describe(exc))
+        except NeedsReview as exc:
+            return await fail(ErrorCode.NEEDS_REVIEW, neutralise(str(exc)))
+        except RequestFailed as exc:
+            return await fail(ErrorCode.PROVIDER_FAILED, neutralise(str(exc)))
+        except Deferred as exc:
+            return await self._defer(claim, neutralise(str(exc)), say)
         except NotFound as exc:
             return await fail(ErrorCode.DOCUMENT_NOT_FOUND, error_detail_of(exc))
         except asyncio.CancelledError:
@@ -243,7 +258,7 @@ class Pipeline:
         for start in range(0, total, EMBED_BATCH):
             progress.check()
             batch = chunks[start : start + EMBED_BATCH]
-            vectors.extend(await self.embedder.embed([c.text for c in batch]))
+            vectors.extend(await self.embedding.vectors(claim, [c.text for c in batch]))
             progress.set(Stage.EMBEDDING, len(vectors), total)
             await asyncio.sleep(0)  # let the dashboard breathe between batches
 
@@ -277,10 +292,7 @@ class Pipeline:
             raise TaskLost
         if holder is not None:
             reason = f"waiting for task {holder[:8]}, which is making the same result"
-            if not await queue.hand_back(claim, reason=reason, delay_s=KEY_WAIT_S):
-                raise TaskLost
-            say(f"deferred task={claim.task_id[:8]}: {reason}")
-            return Outcome(claim.task_id, "deferred")
+            return await self._defer(claim, reason, say)
         found = await self.ledger.reads.reusable_result(key)
         if found is None or found.task_id == claim.task_id:
             return None
@@ -297,6 +309,13 @@ class Pipeline:
             f"reused from task={found.task_id[:8]}"
         )
         return Outcome(claim.task_id, "succeeded")
+
+    async def _defer(self, claim: Claim, reason: str, say: Say) -> Outcome:
+        """Hand the task back to wait for another task doing the same work."""
+        if not await self.ledger.queue.hand_back(claim, reason=reason, delay_s=KEY_WAIT_S):
+            raise TaskLost
+        say(f"deferred task={claim.task_id[:8]}: {reason}")
+        return Outcome(claim.task_id, "deferred")
 
     async def _parse_text(self, data: bytes, kind: DocumentKind) -> ParsedDocument:
         """Parse a small text or Markdown document in this process (see

@@ -22,6 +22,8 @@ from core.errors import error_detail_of
 from core.ingest.embedder import Embedder, HashingEmbedder
 from core.ingest.parse_pool import ParserPool
 from core.ingest.pipeline import Outcome, Pipeline, PipelineOptions
+from core.ingest.providers import RemoteProvider
+from core.ingest.reconcile import reconcile_with
 from core.ledger import Claim, Ledger
 from core.safe_text import check_identifier
 from core.store import ObjectStore
@@ -32,6 +34,10 @@ IDLE_POLL_MIN_S = 0.2  # seconds between claim attempts right after work ran out
 IDLE_POLL_MAX_S = 2.0  # seconds; idle polling backs off up to this
 REAP_EVERY_S = 5.0  # seconds between sweeps for expired leases
 REGISTRY_HEARTBEAT_S = 10.0  # seconds between worker-registry heartbeats
+# With a remote provider, unknown requests (replies lost, workers killed mid-call) are
+# looked up this often, besides once at start; each request's own back-off decides
+# whether it is asked again (see core.ingest.reconcile).
+RECONCILE_EVERY_S = 15.0  # seconds
 # Claims a worker takes ahead of its free slots, in one claim transaction, when tasks
 # are quick: about this much work by the recent average task time. A claim costs a
 # write transaction (~1 ms for one task, ~0.25 ms each in a batch of eight), as much
@@ -80,7 +86,7 @@ class Worker:
         worker_id: str | None = None,
         *,
         pool: ParserPool | None = None,
-        embedder: Embedder | None = None,
+        embedder: Embedder | RemoteProvider | None = None,
         options: PipelineOptions | None = None,
         concurrency: int = 1,
         parsers: int | None = None,
@@ -241,11 +247,14 @@ class Worker:
         nothing is claimable and nothing is running)."""
         if self.register:
             await self.ledger.registry.register(self.worker_id)
-        # Reap before the first claim so a burst run picks up orphaned tasks too.
+        # Reap before the first claim so a burst run picks up orphaned tasks too;
+        # settle unknown provider requests before any task meets one.
         await self.reap_once()
+        await self.reconcile_once()
         side = [
             asyncio.create_task(self._reaper(), name="reaper"),
             asyncio.create_task(self._registry_heartbeat(), name="registry-heartbeat"),
+            asyncio.create_task(self._reconciler(), name="reconciler"),
         ]
         idle_s = IDLE_POLL_MIN_S
         try:
@@ -364,6 +373,32 @@ class Worker:
                 f"reaped task={reaped.task_id[:8]} (lease expired) -> {reaped.status.value}",
                 reaped.task_id,
             )
+
+    async def reconcile_once(self) -> None:
+        """Look up this worker's provider's unknown requests (a remote provider only);
+        a failing look-up is a decision like any other, never the worker's end."""
+        provider = self.pipeline.embedder
+        if not isinstance(provider, RemoteProvider):
+            return
+        try:
+            decisions = await reconcile_with(self.ledger, self.pipeline.store, provider)
+        except Exception as exc:  # the ledger briefly unreachable: try next round
+            logger.warning("reconcile pass failed: %s", error_detail_of(exc))
+            return
+        for d in decisions:
+            self._say(
+                "reconciled",
+                f"reconciled request={d.request_key[:12]} task={d.task_id[:8]} "
+                f"answer={d.answer.value} -> {d.state.value}",
+                d.task_id,
+            )
+
+    async def _reconciler(self) -> None:
+        if not isinstance(self.pipeline.embedder, RemoteProvider):
+            return
+        while True:
+            await asyncio.sleep(RECONCILE_EVERY_S)
+            await self.reconcile_once()
 
     async def _reaper(self) -> None:
         while True:

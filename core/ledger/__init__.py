@@ -11,7 +11,11 @@ PostgreSQL database, as a package of roles over one schema.
   (:mod:`core.ledger.reads`);
 * ``ledger.registry`` — workers seen in the ledger (:mod:`core.ledger.registry`);
 * ``ledger.tokens`` — API tokens and their roles (:mod:`core.ledger.tokens`);
-* ``ledger.idempotency`` — clients' idempotency keys (:mod:`core.ledger.idempotency`).
+* ``ledger.idempotency`` — clients' idempotency keys (:mod:`core.ledger.idempotency`);
+* ``ledger.providers`` — the provider ledger: evidence of every request to a remote
+  embedding provider (:mod:`core.ledger.provider_requests`);
+* ``ledger.provider_review`` — a person's decisions on the requests waiting for
+  review (resend, mark failed).
 
 Every state change is a conditional UPDATE whose WHERE clause *is* the transition
 rule, so two writers racing on one row can never both win: the loser's statement
@@ -30,6 +34,7 @@ from core.config import Settings
 from core.ledger.actions import Operator
 from core.ledger.idempotency import IdempotencyKeys, Once
 from core.ledger.migrate import current_revision
+from core.ledger.provider_requests import Intent, IntentAnswer, ProviderLedger, ProviderReview
 from core.ledger.queue import WorkQueue
 from core.ledger.reads import Reads
 from core.ledger.registry import WorkerRegistry
@@ -43,6 +48,7 @@ from core.ledger.views import (
     DocumentView,
     FailureGroup,
     LedgerStats,
+    ProviderRequestView,
     Reaped,
     ReusableResult,
     SearchHit,
@@ -82,6 +88,10 @@ class Ledger:
         self.registry = WorkerRegistry(transactions, clock)
         self.tokens = TokenRegistry(transactions, clock, ids)
         self.idempotency = IdempotencyKeys(transactions, clock)
+        self.providers = ProviderLedger(transactions, clock)
+        self.provider_review = ProviderReview(
+            transactions, clock, max_attempts=settings.max_attempts
+        )
 
     @classmethod
     async def open(
@@ -132,11 +142,16 @@ __all__ = [
     "Claim",
     "DocumentView",
     "FailureGroup",
+    "Intent",
+    "IntentAnswer",
     "Ledger",
     "LedgerStats",
     "NewToken",
     "Once",
     "Operator",
+    "ProviderLedger",
+    "ProviderRequestView",
+    "ProviderReview",
     "Reads",
     "Reaped",
     "ReusableResult",

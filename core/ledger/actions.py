@@ -395,47 +395,13 @@ class Operator:
         check_identifier(actor, "actor")
         reason = _reason(reason)
         now = self.clock()
-        doc_failed = (
-            select(DOCUMENTS.c.id)
-            .where(DOCUMENTS.c.id == TASKS.c.document_id)
-            .where(DOCUMENTS.c.status == DocumentStatus.FAILED.value)
-            .exists()
-        )
+        max_attempts = self.settings.max_attempts
 
         def tx(conn: Connection) -> TaskView:
             resolved = rows.resolve_id(conn, TASKS, task_id, "task")
-            row = conn.execute(
-                update(TASKS)
-                .where(TASKS.c.id == resolved)
-                .where(TASKS.c.status == TaskStatus.FAILED.value)
-                .where(doc_failed)
-                .values(
-                    status=TaskStatus.QUEUED.value,
-                    # A human decided to try again: the automatic retry budget
-                    # starts afresh from the attempt the task has reached.
-                    max_attempts=TASKS.c.attempt + self.settings.max_attempts,
-                    previous_status=TASKS.c.status,
-                    stage=Stage.DOWNLOAD.value,
-                    completed=0,
-                    total=1,
-                    error_code=None,
-                    error_detail=None,
-                    worker_id=None,
-                    lease_expires_at=None,
-                    next_attempt_at=now,
-                    progress_at=None,
-                    updated_at=now,
-                    revision=next_revision(),
-                )
-                .returning(*TASK_COLUMNS, TASKS.c.previous_status)
-            ).first()
-            if row is None:
-                raise Conflict(_why_not_retry(conn, rows.task_row(conn, resolved)))
-            rows.move_document(
-                conn, row.document_id, DocumentStatus.FAILED, DocumentStatus.PROCESSING, at=now
+            return requeue_failed(
+                conn, resolved, now=now, max_attempts=max_attempts, actor=actor, reason=reason
             )
-            rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
-            return TaskView.from_row(row)
 
         return await self._tx.write(tx)
 
@@ -536,3 +502,58 @@ def _why_not_retry(conn: Connection, task: Row[object]) -> str:
     if doc is None:
         return f"task {short}'s document no longer exists; upload it again"
     return f"task {short}'s document is {doc.status}, not failed; it cannot be retried"
+
+
+def requeue_failed(
+    conn: Connection,
+    task_id: str,
+    *,
+    now: float,
+    max_attempts: int,
+    actor: str,
+    reason: str | None,
+) -> TaskView:
+    """Requeue a failed task (same row) whose document is failed too, in the
+    caller's transaction: a person decided to try again.
+
+    Raises:
+        Conflict: The task is not failed (the rule that refused it is named).
+    """
+    doc_failed = (
+        select(DOCUMENTS.c.id)
+        .where(DOCUMENTS.c.id == TASKS.c.document_id)
+        .where(DOCUMENTS.c.status == DocumentStatus.FAILED.value)
+        .exists()
+    )
+    row = conn.execute(
+        update(TASKS)
+        .where(TASKS.c.id == task_id)
+        .where(TASKS.c.status == TaskStatus.FAILED.value)
+        .where(doc_failed)
+        .values(
+            status=TaskStatus.QUEUED.value,
+            # A human decided to try again: the automatic retry budget starts
+            # afresh from the attempt the task has reached.
+            max_attempts=TASKS.c.attempt + max_attempts,
+            previous_status=TASKS.c.status,
+            stage=Stage.DOWNLOAD.value,
+            completed=0,
+            total=1,
+            error_code=None,
+            error_detail=None,
+            worker_id=None,
+            lease_expires_at=None,
+            next_attempt_at=now,
+            progress_at=None,
+            updated_at=now,
+            revision=next_revision(),
+        )
+        .returning(*TASK_COLUMNS, TASKS.c.previous_status)
+    ).first()
+    if row is None:
+        raise Conflict(_why_not_retry(conn, rows.task_row(conn, task_id)))
+    rows.move_document(
+        conn, row.document_id, DocumentStatus.FAILED, DocumentStatus.PROCESSING, at=now
+    )
+    rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
+    return TaskView.from_row(row)

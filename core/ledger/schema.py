@@ -215,6 +215,37 @@ class IdempotencyKey(Base):
     created_at: Mapped[float] = mapped_column(Float, index=True)
 
 
+class ProviderRequest(Base):
+    """One request to a remote embedding provider, by its request key: the evidence
+    of whether a call outside the ledger happened (see
+    core.ledger.provider_requests)."""
+
+    __tablename__ = "provider_requests"
+    __table_args__ = (Index("ix_provider_requests_due", "state", "next_lookup_at"),)
+
+    request_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(128))
+    endpoint: Mapped[str | None] = mapped_column(String(500))
+    # The task attempt that sent it: while that attempt still runs, the request is
+    # in flight, not unknown.
+    task_id: Mapped[str] = mapped_column(String(32), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    texts: Mapped[int] = mapped_column(Integer)
+    request_id: Mapped[str | None] = mapped_column(String(128))
+    result_key: Mapped[str | None] = mapped_column(String(128))
+    result_sha256: Mapped[str | None] = mapped_column(String(64))
+    dimensions: Mapped[int | None] = mapped_column(Integer)
+    usage: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[str | None] = mapped_column(String(500))
+    sends: Mapped[int] = mapped_column(Integer, default=0)
+    lookups: Mapped[int] = mapped_column(Integer, default=0)
+    next_lookup_at: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 TASKS = cast(Table, IngestionTask.__table__)
 DOCUMENTS = cast(Table, Document.__table__)
 EVENTS = cast(Table, TaskEvent.__table__)
@@ -223,3 +254,4 @@ OUTBOX = cast(Table, Outbox.__table__)
 WORKERS = cast(Table, WorkerRecord.__table__)
 API_TOKENS = cast(Table, ApiToken.__table__)
 IDEMPOTENCY_KEYS = cast(Table, IdempotencyKey.__table__)
+PROVIDER_REQUESTS = cast(Table, ProviderRequest.__table__)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from core.states import DocumentKind, DocumentStatus, ErrorCode, Stage, TaskStatus
+from core.states import DocumentKind, DocumentStatus, ErrorCode, RequestState, Stage, TaskStatus
 
 
 class _View:
@@ -299,3 +299,61 @@ class ReusableResult:
     document_id: str
     chunks: int
     result_sha256: str | None
+
+
+@dataclass(frozen=True)
+class ProviderRequestView(_View):
+    """One request to a remote provider as the provider ledger knows it (see
+    core.ledger.provider_requests); with the task's document when read for review."""
+
+    request_key: str
+    provider: str
+    model: str
+    endpoint: str | None
+    task_id: str
+    attempt: int
+    state: RequestState
+    texts: int
+    request_id: str | None
+    result_key: str | None
+    result_sha256: str | None
+    dimensions: int | None
+    usage: dict[str, int]
+    detail: str | None
+    sends: int
+    lookups: int
+    next_lookup_at: float | None
+    created_at: float
+    updated_at: float
+    task_status: TaskStatus | None = None
+    document_id: str | None = None
+    document_name: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> ProviderRequestView:
+        m = _mapping(row)
+        status = m.get("task_status")
+        return cls(
+            request_key=m["request_key"],
+            provider=m["provider"],
+            model=m["model"],
+            endpoint=m["endpoint"],
+            task_id=m["task_id"],
+            attempt=m["attempt"],
+            state=RequestState(m["state"]),
+            texts=m["texts"],
+            request_id=m["request_id"],
+            result_key=m["result_key"],
+            result_sha256=m["result_sha256"],
+            dimensions=m["dimensions"],
+            usage=json.loads(m["usage"] or "{}"),
+            detail=m["detail"],
+            sends=m["sends"],
+            lookups=m["lookups"],
+            next_lookup_at=m["next_lookup_at"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+            task_status=TaskStatus(status) if status else None,
+            document_id=m.get("document_id"),
+            document_name=m.get("document_name"),
+        )

@@ -1,0 +1,176 @@
+"""``ingestdesk reconcile``: settle unknown provider requests by looking them up, and
+``ingestdesk review``: the requests waiting for a person, and that person's decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import TYPE_CHECKING
+
+from core.cli.command import Command, on_ledger
+from core.cli.output import Output
+from core.errors import BadInput, ProviderUnreachable
+
+if TYPE_CHECKING:
+    from core.ingest.providers import RemoteProvider
+    from core.ledger import Ledger, ProviderRequestView
+
+DECISIONS = ("resend", "fail")
+PROVIDER_TIMEOUT_S = 10.0  # seconds a look-up may take before it counts as unavailable
+
+
+def provider_url(value: str) -> str:
+    """An argparse type for ``--provider``: an http(s) URL."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a provider URL (e.g. http://127.0.0.1:8100)"
+        )
+    return value.rstrip("/")
+
+
+async def connect_provider(url: str) -> RemoteProvider:
+    """A remote provider at ``url``, its model read from it.
+
+    Raises:
+        ProviderUnreachable: nothing answers there (one line naming the URL).
+    """
+    from core.ingest.http_provider import HttpProvider
+    from core.ingest.providers import NotSent
+
+    try:
+        return await HttpProvider.connect(url, timeout_s=PROVIDER_TIMEOUT_S)
+    except NotSent as exc:
+        raise ProviderUnreachable(str(exc) or f"no provider answers at {url}") from None
+
+
+async def cmd_reconcile(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    """``ingestdesk reconcile [--provider URL] [--all]``: one pass, each decision
+    printed."""
+    from core.ingest.providers import NotSent
+    from core.ingest.reconcile import reconcile
+    from core.store import ObjectStore
+
+    async def connect(url: str) -> RemoteProvider:
+        try:
+            return await connect_provider(url)
+        except ProviderUnreachable as exc:
+            raise NotSent(exc.message) from None
+
+    decisions = await reconcile(
+        ledger,
+        ObjectStore(ledger.settings.store_root),
+        connect,
+        endpoint=args.provider,
+        everything=args.all,
+    )
+    counts = await ledger.providers.counts()
+    lines = [
+        f"request={d.request_key[:12]} task={d.task_id[:8]} {d.answer.value} -> "
+        f"{d.state.value}: {d.detail}"
+        for d in decisions
+    ]
+    lines.append(
+        f"reconciled {len(decisions)} requests; now "
+        + " ".join(f"{state.value}={n}" for state, n in counts.items() if n)
+        if decisions
+        else "nothing to reconcile: no unknown request is due"
+    )
+    out.emit(
+        {
+            "decisions": [d.to_dict() for d in decisions],
+            "requests": {state.value: n for state, n in counts.items()},
+        },
+        lines,
+    )
+
+
+def _review_line(r: ProviderRequestView, now: float) -> str:
+    age = max(0.0, now - r.updated_at)
+    return (
+        f"task={r.task_id[:8]} request={r.request_key[:12]} age={_age(age)} "
+        f"task_status={r.task_status.value if r.task_status else '-'} "
+        f"document={r.document_name or '(gone)'}: {r.detail or ''}"
+    )
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+async def cmd_review(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    """``ingestdesk review`` lists the provider requests waiting for a person;
+    ``review resend TASK`` / ``review fail TASK --reason R`` decides."""
+    if args.decision is None:
+        if args.task_id is not None:
+            raise BadInput("say what to do with the task: review resend TASK or review fail TASK")
+        waiting = await ledger.providers.awaiting_review()
+        now = time.time()
+        out.emit(
+            [r.to_dict() | {"age_s": round(now - r.updated_at, 1)} for r in waiting],
+            [_review_line(r, now) for r in waiting] or ["nothing waits for review"],
+        )
+        return
+    if args.task_id is None:
+        raise BadInput(f"review {args.decision} needs a task id")
+    if args.decision == "resend":
+        task = await ledger.provider_review.resend(
+            args.task_id, actor=args.actor, reason=args.reason
+        )
+        verb = "resend approved"
+    else:
+        task = await ledger.provider_review.mark_failed(
+            args.task_id, actor=args.actor, reason=args.reason or ""
+        )
+        verb = "marked failed"
+    out.emit(
+        task.to_dict(),
+        f"{verb}: task={task.task_id[:8]} status={task.status.value}"
+        + (f" error_code={task.error_code.value}" if task.error_code else ""),
+    )
+
+
+def _reconcile_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--provider",
+        type=provider_url,
+        metavar="URL",
+        help="look requests up at this provider (default: where each was sent)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="also look up requests whose next look-up is not due yet",
+    )
+
+
+def _review_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "decision",
+        nargs="?",
+        choices=DECISIONS,
+        help="resend the task's requests, or mark them failed (default: list)",
+    )
+    parser.add_argument("task_id", nargs="?", help="the task whose requests are decided")
+    parser.add_argument("--reason", help="why (kept in the task's history; needed for fail)")
+
+
+RECONCILE = Command(
+    "reconcile",
+    "look unknown provider requests up and settle them (never resends)",
+    on_ledger(cmd_reconcile, create=False),
+    _reconcile_arguments,
+)
+REVIEW = Command(
+    "review",
+    "provider requests waiting for a person; resend or mark failed",
+    on_ledger(cmd_review, create=False),
+    _review_arguments,
+)

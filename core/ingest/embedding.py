@@ -1,0 +1,227 @@
+"""The embedding stage's calls: straight to an in-process embedder, or through the
+provider ledger to a remote provider (evidence first, never a blind resend).
+
+For a remote provider, every batch of chunk texts is one request with a request key.
+Its intent is committed as ``unknown`` before the call; a verified reply is stored
+and committed as ``done``; a lost or damaged reply leaves it ``unknown`` for
+reconcile. A request the ledger already knows is not sent again: a stored result is
+used, one still in flight is waited for, an unknown one is looked up first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from core.errors import ObjectReadError
+from core.ingest.embedder import Embedder, ProviderUnavailable
+from core.ingest.providers import (
+    LookupUnavailable,
+    NotSent,
+    OutcomeUnknown,
+    ProviderRejected,
+    RemoteProvider,
+    request_key,
+    verify,
+)
+from core.ingest.reconcile import (
+    Decision,
+    describe,
+    reconcile_one,
+    record_result,
+    split_vectors,
+)
+from core.ledger import Claim, Intent, Ledger, ProviderRequestView
+from core.states import REQUEST_RESULT_STATES, REQUEST_SENDABLE_STATES, RequestState
+from core.store import ObjectStore
+
+
+class TaskLost(Exception):
+    """The worker no longer holds this task; it must stop writing."""
+
+
+class Deferred(Exception):
+    """Someone else is doing this work right now: hand the task back and wait."""
+
+
+class NeedsReview(Exception):
+    """A request's outcome is unknown and the provider has no record of it: a person
+    decides (resend, or mark failed)."""
+
+
+class RequestFailed(Exception):
+    """The provider answered that a request failed (or a person marked it so)."""
+
+
+class Embedding:
+    """What the pipeline calls for one batch's vectors."""
+
+    async def vectors(self, claim: Claim, texts: Sequence[str]) -> list[bytes]:
+        """Vectors for ``texts``, in order (see the subclasses for what they raise)."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release what the calls hold (connections)."""
+
+
+class LocalEmbedding(Embedding):
+    """Calls to an in-process embedder: nothing outside the ledger to record."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    async def vectors(self, claim: Claim, texts: Sequence[str]) -> list[bytes]:
+        """Raises:
+        ProviderUnavailable: the embedder cannot answer now (transient)."""
+        return await self.embedder.embed(texts)
+
+
+def embedding_for(
+    provider: Embedder | RemoteProvider, ledger: Ledger, store: ObjectStore
+) -> Embedding:
+    """The calls the pipeline makes to ``provider``: ledgered if it is remote."""
+    if isinstance(provider, RemoteProvider):
+        return LedgeredEmbedding(ledger, store, provider)
+    return LocalEmbedding(provider)
+
+
+class LedgeredEmbedding(Embedding):
+    """Calls to a remote provider, each through the provider ledger."""
+
+    def __init__(self, ledger: Ledger, store: ObjectStore, provider: RemoteProvider) -> None:
+        self.ledger = ledger
+        self.store = store
+        self.remote = provider
+
+    async def vectors(self, claim: Claim, texts: Sequence[str]) -> list[bytes]:
+        """Vectors for ``texts``, sent at most once per request key.
+
+        Raises:
+            TaskLost: the task was taken away before the intent was recorded.
+            Deferred: another running attempt sent the same request.
+            ProviderUnavailable: not sent (provider unreachable), or the stored result
+                could not be fetched again now.
+            OutcomeUnknown: sent (now or earlier) and not settled yet.
+            NeedsReview: a person must decide.
+            RequestFailed: the provider said it failed.
+        """
+        provider = self.remote
+        key = request_key(provider, texts)
+        # At most twice: a request reconcile found sendable is intended once more.
+        for _ in range(2):
+            answer = await self.ledger.providers.intend(
+                claim,
+                key,
+                provider=provider.name,
+                model=provider.version,
+                endpoint=provider.endpoint,
+                texts=len(texts),
+            )
+            request = answer.request
+            if answer.intent is Intent.LOST:
+                raise TaskLost
+            if answer.intent is Intent.SEND:
+                return await self._send(key, texts)
+            assert request is not None
+            if answer.intent is Intent.USE:
+                return await self._stored(request)
+            if answer.intent is Intent.IN_FLIGHT:
+                raise Deferred(
+                    f"waiting for task {request.task_id[:8]}, which sent the same provider request"
+                )
+            if answer.intent is Intent.NEEDS_REVIEW:
+                raise NeedsReview(request.detail or "provider request needs review")
+            if answer.intent is Intent.FAILED:
+                raise RequestFailed(request.detail or "the provider said the request failed")
+            decision = await reconcile_one(self.ledger, self.store, provider, request)
+            vectors = await self._after(decision)
+            if vectors is not None:
+                return vectors
+        raise OutcomeUnknown("provider request still unknown; reconcile will look it up")
+
+    async def _send(self, key: str, texts: Sequence[str]) -> list[bytes]:
+        settle = self.ledger.providers.settle
+        try:
+            reply = await self.remote.submit(key, texts)
+        except NotSent as exc:
+            await settle(key, RequestState.NOT_SENT, detail=f"not sent: {describe(exc)}")
+            raise
+        except OutcomeUnknown:
+            # The intent already says unknown: now it is due for reconciling.
+            await settle(key, RequestState.UNKNOWN, detail="sent; the reply was lost")
+            raise
+        except ProviderRejected as exc:
+            await settle(key, RequestState.FAILED, detail=f"rejected: {describe(exc)}")
+            raise RequestFailed(f"the provider rejected the request: {describe(exc)}") from None
+        problem = verify(reply, len(texts), self.remote.dimensions)
+        if problem is None:
+            await record_result(
+                self.ledger, self.store, key, reply, RequestState.DONE, detail="reply verified"
+            )
+            return reply.vectors
+        # Damaged in transit: not done. The provider has it, so it is fetched again
+        # by key (and verified) rather than sent again.
+        await settle(key, RequestState.UNKNOWN, detail=f"reply did not verify: {problem}")
+        request = await self.ledger.providers.get(key)
+        assert request is not None
+        vectors = await self._after(
+            await reconcile_one(self.ledger, self.store, self.remote, request)
+        )
+        if vectors is None:
+            raise OutcomeUnknown("reply did not verify; the request is unknown until looked up")
+        return vectors
+
+    async def _after(self, decision: Decision) -> list[bytes] | None:
+        """The vectors a reconcile decision made available; None if the request may
+        now be sent (a provider that declares repeats safe); raises otherwise."""
+        if decision.state in REQUEST_RESULT_STATES:
+            request = await self.ledger.providers.get(decision.request_key)
+            assert request is not None
+            return await self._stored(request)
+        if decision.state in REQUEST_SENDABLE_STATES:
+            return None
+        if decision.state is RequestState.NEEDS_REVIEW:
+            raise NeedsReview(decision.detail)
+        if decision.state is RequestState.FAILED:
+            raise RequestFailed(decision.detail)
+        raise OutcomeUnknown(f"provider request unknown: {decision.detail}")
+
+    async def _stored(self, request: ProviderRequestView) -> list[bytes]:
+        """A settled request's vectors from the object store, verified; fetched from
+        the provider again (by key, not sent) if the stored copy is gone or damaged."""
+        dims = request.dimensions or self.remote.dimensions
+        if request.result_key and request.result_sha256:
+            try:
+                blob = await asyncio.to_thread(
+                    self.store.get, request.result_key, request.result_sha256
+                )
+            except ObjectReadError:
+                pass
+            else:
+                vectors = split_vectors(blob, dims)
+                if len(vectors) == request.texts and all(len(v) == 4 * dims for v in vectors):
+                    return vectors
+        try:
+            reply = await self.remote.fetch(request.request_key)
+        except LookupUnavailable as exc:
+            raise ProviderUnavailable(
+                f"stored result unreadable; fetch failed: {describe(exc)}"
+            ) from None
+        problem = verify(reply, request.texts, self.remote.dimensions)
+        if problem is not None:
+            raise ProviderUnavailable(
+                f"stored result unreadable; fetched one did not verify: {problem}"
+            )
+        await record_result(
+            self.ledger,
+            self.store,
+            request.request_key,
+            reply,
+            request.state,
+            detail="result fetched again and verified",
+            expect=REQUEST_RESULT_STATES,
+        )
+        return reply.vectors
+
+    async def aclose(self) -> None:
+        await self.remote.aclose()

@@ -1,0 +1,253 @@
+"""Reconcile: settle provider requests whose outcome is unknown by looking them up,
+never by sending them again.
+
+For each ``unknown`` request no running attempt is sending (see
+:mod:`core.ledger.provider_requests`), the provider is asked by request key:
+
+* done → its result is fetched, verified (count, dimensions, checksum) and stored:
+  ``recovered`` (the provider saw one submit);
+* running → stays ``unknown``, looked up again after a growing wait;
+* not found → ``needs_review`` (a person decides), unless the provider declares that a
+  repeated submit with the same key is safe: then it may simply be sent again;
+* failed → ``failed``;
+* the look-up (or the fetch) cannot be answered, or the fetched result does not
+  verify → stays ``unknown``, looked up again later.
+
+Workers run this on start and periodically; ``ingestdesk reconcile`` runs it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from core.errors import error_detail_of
+from core.ingest.providers import (
+    LookupState,
+    LookupUnavailable,
+    NotSent,
+    OutcomeUnknown,
+    ProviderRejected,
+    ProviderReply,
+    RemoteProvider,
+    verify,
+)
+from core.ledger import Ledger, ProviderRequestView
+from core.safe_text import neutralise
+from core.states import RequestState
+from core.store import ObjectStore
+
+LOOKUP_BACKOFF_BASE_S = 2.0  # seconds before the second look-up; doubles after each
+LOOKUP_BACKOFF_MAX_S = 300.0  # seconds between look-ups at most
+DETAIL_MAX = 200  # characters of a provider's failure kept in a decision
+
+
+class Answer(StrEnum):
+    """What one look-up learned: four answers that are never confused."""
+
+    FOUND = "found"  # done at the provider; fetched and verified
+    RUNNING = "running"  # the provider is still working on it
+    NOT_FOUND = "not_found"  # the provider has no record of it
+    FAILED = "failed"  # the provider says it failed
+    LOOKUP_UNAVAILABLE = "lookup_unavailable"  # no answer now; asked again later
+    DID_NOT_VERIFY = "did_not_verify"  # fetched, but the result was damaged; fetched again later
+    SETTLED_ELSEWHERE = "settled_elsewhere"  # another process settled it meanwhile
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One reconciled request: what the provider answered and where that left it."""
+
+    request_key: str
+    task_id: str
+    answer: Answer
+    state: RequestState
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def lookup_backoff_s(lookups: int) -> float:
+    """Seconds until the next look-up of a request looked up ``lookups`` times."""
+    return min(LOOKUP_BACKOFF_BASE_S * 2.0 ** min(lookups, 20), LOOKUP_BACKOFF_MAX_S)
+
+
+def split_vectors(blob: bytes, dimensions: int) -> list[bytes]:
+    """Vectors of ``dimensions`` float32 each, from their concatenation (a short
+    last piece is kept, so a damaged blob fails verification instead of vanishing)."""
+    size = 4 * dimensions
+    return [blob[i : i + size] for i in range(0, len(blob), size)]
+
+
+async def store_result(store: ObjectStore, reply: ProviderReply) -> tuple[str, str]:
+    """Put a verified result's vectors into the object store (atomically: a crash
+    leaves no half-written object behind). Returns its key and sha256."""
+    blob = b"".join(reply.vectors)
+    return await asyncio.to_thread(store.put, blob)
+
+
+async def record_result(
+    ledger: Ledger,
+    store: ObjectStore,
+    request_key: str,
+    reply: ProviderReply,
+    state: RequestState,
+    *,
+    detail: str,
+    expect: frozenset[RequestState] = frozenset({RequestState.UNKNOWN}),
+) -> bool:
+    """Store a verified reply's vectors, then commit the request as ``state`` with
+    the provider's request id, the result's object key and usage (in that order: the
+    row never points at an object that is not there)."""
+    result_key, digest = await store_result(store, reply)
+    return await ledger.providers.settle(
+        request_key,
+        state,
+        detail=detail,
+        request_id=reply.request_id,
+        result_key=result_key,
+        result_sha256=digest,
+        dimensions=reply.dimensions,
+        usage=reply.usage,
+        expect=expect,
+    )
+
+
+async def reconcile_one(
+    ledger: Ledger, store: ObjectStore, provider: RemoteProvider, request: ProviderRequestView
+) -> Decision:
+    """Look one unknown request up and settle it as far as the answer allows."""
+    key = request.request_key
+    retry_at = ledger.clock() + lookup_backoff_s(request.lookups)
+
+    async def still_unknown(answer: Answer, detail: str) -> Decision:
+        await ledger.providers.settle(
+            key, RequestState.UNKNOWN, detail=detail, looked_up=True, next_lookup_at=retry_at
+        )
+        return Decision(key, request.task_id, answer, RequestState.UNKNOWN, detail)
+
+    async def settle(answer: Answer, state: RequestState, detail: str) -> Decision:
+        if not await ledger.providers.settle(key, state, detail=detail, looked_up=True):
+            return await _elsewhere(ledger, request)
+        return Decision(key, request.task_id, answer, state, detail)
+
+    try:
+        found = await provider.lookup(key)
+    except LookupUnavailable as exc:
+        return await still_unknown(Answer.LOOKUP_UNAVAILABLE, f"lookup failed: {describe(exc)}")
+    if found.state is LookupState.RUNNING:
+        return await still_unknown(Answer.RUNNING, "still running at the provider")
+    if found.state is LookupState.FAILED:
+        return await settle(Answer.FAILED, RequestState.FAILED, "the provider says it failed")
+    if found.state is LookupState.NOT_FOUND:
+        if provider.resend_safe:
+            return await settle(
+                Answer.NOT_FOUND,
+                RequestState.RESEND,
+                "not found at the provider; sent again (the provider declares repeats safe)",
+            )
+        return await settle(
+            Answer.NOT_FOUND,
+            RequestState.NEEDS_REVIEW,
+            "not found at the provider; a person decides: resend, or mark failed",
+        )
+    try:
+        reply = await provider.fetch(key)
+    except LookupUnavailable as exc:
+        return await still_unknown(
+            Answer.LOOKUP_UNAVAILABLE, f"result fetch failed: {describe(exc)}"
+        )
+    problem = verify(reply, request.texts, provider.dimensions)
+    if problem is not None:
+        return await still_unknown(
+            Answer.DID_NOT_VERIFY, f"fetched result did not verify: {problem}"
+        )
+    detail = "found at the provider; fetched and verified"
+    if not await record_result(ledger, store, key, reply, RequestState.RECOVERED, detail=detail):
+        return await _elsewhere(ledger, request)
+    return Decision(key, request.task_id, Answer.FOUND, RequestState.RECOVERED, detail)
+
+
+async def _elsewhere(ledger: Ledger, request: ProviderRequestView) -> Decision:
+    now = await ledger.providers.get(request.request_key)
+    state = now.state if now is not None else request.state
+    return Decision(
+        request.request_key,
+        request.task_id,
+        Answer.SETTLED_ELSEWHERE,
+        state,
+        f"settled by another process meanwhile: {state.value}",
+    )
+
+
+async def reconcile(
+    ledger: Ledger,
+    store: ObjectStore,
+    connect: Callable[[str], Awaitable[RemoteProvider]],
+    *,
+    endpoint: str | None = None,
+    everything: bool = False,
+) -> list[Decision]:
+    """One pass over the unknown requests that are due (``everything``: also those
+    whose next look-up is not due yet), each looked up at the endpoint it was sent
+    to (or at ``endpoint``), oldest first."""
+    far_future = float("inf") if everything else None
+    due = await ledger.providers.due(now=far_future)
+    decisions: list[Decision] = []
+    providers: dict[str, RemoteProvider | str] = {}
+    try:
+        for request in due:
+            where = endpoint or request.endpoint or ""
+            if where not in providers:
+                try:
+                    providers[where] = await connect(where)
+                except NotSent as exc:
+                    providers[where] = describe(exc)
+            provider = providers[where]
+            if isinstance(provider, str):
+                retry_at = ledger.clock() + lookup_backoff_s(request.lookups)
+                detail = f"lookup failed: {provider}"
+                await ledger.providers.settle(
+                    request.request_key,
+                    RequestState.UNKNOWN,
+                    detail=detail,
+                    looked_up=True,
+                    next_lookup_at=retry_at,
+                )
+                decisions.append(
+                    Decision(
+                        request.request_key,
+                        request.task_id,
+                        Answer.LOOKUP_UNAVAILABLE,
+                        RequestState.UNKNOWN,
+                        detail,
+                    )
+                )
+                continue
+            decisions.append(await reconcile_one(ledger, store, provider, request))
+    finally:
+        for provider in providers.values():
+            if not isinstance(provider, str):
+                await provider.aclose()
+    return decisions
+
+
+async def reconcile_with(
+    ledger: Ledger, store: ObjectStore, provider: RemoteProvider
+) -> list[Decision]:
+    """One pass over the due unknown requests sent to ``provider``'s endpoint (what
+    a worker runs on start and periodically, with the provider it already has)."""
+    due = await ledger.providers.due(endpoint=provider.endpoint)
+    return [await reconcile_one(ledger, store, provider, request) for request in due]
+
+
+def describe(exc: BaseException) -> str:
+    """A provider failure in one line: the provider modules word their exceptions
+    themselves (no paths, no secrets); anything else is named by its type only."""
+    if isinstance(exc, LookupUnavailable | NotSent | OutcomeUnknown | ProviderRejected):
+        return neutralise(str(exc))[:DETAIL_MAX] or error_detail_of(exc)
+    return error_detail_of(exc)

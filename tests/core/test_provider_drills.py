@@ -1,0 +1,478 @@
+"""Drills: calls to a remote embedding provider that go wrong, against the real demo
+provider process (``ingestdesk provider serve``) and real workers. Each drill
+asserts the evidence left behind (the provider ledger, the task, the provider's own
+counts) and the next step (reconcile, review), and that nothing was sent twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from core import ErrorCode, Ledger, Settings, TaskStatus
+from core.config import sqlite_url
+from core.ingest.http_provider import HttpProvider
+from core.ingest.parse_pool import ParserPool
+from core.ingest.providers import request_key
+from core.ingest.reconcile import Answer, reconcile
+from core.ingest.worker import Worker
+from core.states import RequestState
+from core.store import ObjectStore
+from tests.core.test_worker import cli, start_cli
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="drives real processes with signals"
+)
+
+STARTUP_S = 20.0  # seconds a provider process may take to print its URL
+
+
+@dataclass
+class DemoProvider:
+    url: str
+    process: subprocess.Popen[str]
+
+    def faults(self, **faults: Any) -> None:
+        httpx.post(f"{self.url}/v1/faults", json=faults, timeout=5).raise_for_status()
+
+    def info(self) -> dict[str, Any]:
+        found: dict[str, Any] = httpx.get(f"{self.url}/v1/info", timeout=5).json()
+        return found
+
+    def stats(self) -> dict[str, int]:
+        found: dict[str, int] = httpx.get(f"{self.url}/v1/stats", timeout=5).json()
+        return found
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.communicate(timeout=10)  # waits, and closes the pipes
+
+    def submits_of(self, key: str) -> int:
+        answer = httpx.get(f"{self.url}/v1/embeddings/{key}", timeout=5)
+        return 0 if answer.status_code == 404 else int(answer.json()["submits"])
+
+
+def start_provider(db: Path, *args: str) -> DemoProvider:
+    command = [sys.executable, "-m", "core.cli", "provider", "serve", "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--db", str(db), "--seed", "7", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("provider listening on http://"), (line, process.stderr)
+    return DemoProvider(line.split()[-1], process)
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[DemoProvider]:
+    started = start_provider(tmp_path / "provider.sqlite3")
+    yield started
+    if started.process.poll() is None:
+        started.stop()
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    # Quick automatic retries and short leases: drills wait for them in real time.
+    return Settings(
+        db_url=sqlite_url(tmp_path / "ledger.db"),
+        store_root=tmp_path / "store",
+        backoff_base_s=0.05,
+        backoff_max_s=0.2,
+        lease_s=2.0,
+    )
+
+
+@pytest.fixture
+async def ledger(settings: Settings) -> AsyncIterator[Ledger]:
+    opened = await Ledger.open(settings)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[ParserPool]:
+    async with ParserPool(workers=1) as p:
+        yield p
+
+
+def note(i: int, paragraphs: int = 3) -> bytes:
+    """A distinct text document (distinct texts: distinct provider requests)."""
+    body = "\n\n".join(
+        f"Note {i} paragraph {p}: ledger lease reconcile provider evidence {i * 31 + p}."
+        for p in range(paragraphs)
+    )
+    return body.encode()
+
+
+async def submit(ledger: Ledger, data: bytes, name: str) -> str:
+    doc = await ledger.operator.upload(data, name)
+    return (await ledger.operator.submit(doc.document_id)).task_id
+
+
+async def run_worker(ledger: Ledger, pool: ParserPool, url: str) -> Worker:
+    """One in-process worker with the remote provider, until nothing is claimable."""
+    remote = await HttpProvider.connect(url)
+    try:
+        worker = Worker(ledger, "w-drill", pool=pool, embedder=remote)
+        await worker.run(until_idle=True)
+    finally:
+        await remote.aclose()
+    return worker
+
+
+async def reconcile_now(ledger: Ledger, url: str | None = None) -> list[Any]:
+    return await reconcile(
+        ledger,
+        ObjectStore(ledger.settings.store_root),
+        HttpProvider.connect,
+        endpoint=url,
+        everything=True,
+    )
+
+
+async def the_request(ledger: Ledger, task_id: str) -> Any:
+    found = await ledger.providers.for_task(task_id)
+    assert len(found) == 1, found
+    return found[0]
+
+
+async def wait_claimable(ledger: Ledger, task_id: str) -> None:
+    """Until the task's automatic retry is due."""
+    for _ in range(100):
+        task = await ledger.reads.get_task(task_id)
+        if task.next_attempt_at is None or task.next_attempt_at <= time.time():
+            return
+        await asyncio.sleep(0.05)
+
+
+# --------------------------------------------------------------------- drills
+
+
+async def test_a_lost_reply_leaves_the_request_unknown_then_reconcile_recovers_it(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider
+) -> None:
+    task_id = await submit(ledger, note(1), "lost-reply.md")
+    provider.faults(lose_reply=1.0)
+    await run_worker(ledger, pool, provider.url)
+
+    task = await ledger.reads.get_task(task_id)
+    assert task.status in (TaskStatus.RETRY_WAIT, TaskStatus.FAILED)
+    assert task.error_code is ErrorCode.OUTCOME_UNKNOWN
+    request = await the_request(ledger, task_id)
+    assert request.state is RequestState.UNKNOWN
+    assert provider.submits_of(request.request_key) == 1  # the provider did receive it
+
+    provider.faults(lose_reply=0.0)
+    decisions = await reconcile_now(ledger)
+    assert [(d.answer, d.state) for d in decisions] == [(Answer.FOUND, RequestState.RECOVERED)]
+
+    await wait_claimable(ledger, task_id)
+    await run_worker(ledger, pool, provider.url)
+    task = await ledger.reads.get_task(task_id)
+    assert task.status is TaskStatus.SUCCEEDED
+    assert len(await ledger.reads.chunks(task.document_id)) > 0
+    # The next run used the recovered result: still exactly one submit.
+    assert provider.submits_of(request.request_key) == 1
+    assert provider.stats()["submits"] == 1
+
+
+async def test_a_damaged_reply_is_not_done_it_is_fetched_again_and_verified(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider
+) -> None:
+    task_id = await submit(ledger, note(2), "truncated.md")
+    provider.faults(truncate=1.0)
+    await run_worker(ledger, pool, provider.url)
+
+    task = await ledger.reads.get_task(task_id)
+    assert task.status is TaskStatus.SUCCEEDED, task
+    request = await the_request(ledger, task_id)
+    assert request.state is RequestState.RECOVERED
+    assert request.result_key and request.result_sha256
+    stats = provider.stats()
+    assert (stats["submits"], stats["truncated_replies"]) == (1, 1)
+    assert stats["fetches"] >= 1
+
+
+async def test_lookup_unavailable_keeps_the_request_unknown_until_the_provider_answers(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider
+) -> None:
+    task_id = await submit(ledger, note(3), "lookup.md")
+    provider.faults(lose_reply=1.0)
+    await run_worker(ledger, pool, provider.url)
+    provider.faults(lose_reply=0.0, fail_lookups=True)
+
+    decisions = await reconcile_now(ledger)
+    assert [(d.answer, d.state) for d in decisions] == [
+        (Answer.LOOKUP_UNAVAILABLE, RequestState.UNKNOWN)
+    ]
+    request = await the_request(ledger, task_id)
+    assert request.lookups == 1 and request.next_lookup_at is not None
+
+    provider.faults(fail_lookups=False)
+    decisions = await reconcile_now(ledger)
+    assert [(d.answer, d.state) for d in decisions] == [(Answer.FOUND, RequestState.RECOVERED)]
+    assert provider.stats()["submits"] == 1
+
+
+async def test_the_cli_reconcile_prints_each_decision_as_json(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider, settings: Settings
+) -> None:
+    task_id = await submit(ledger, note(4), "cli.md")
+    provider.faults(lose_reply=1.0)
+    await run_worker(ledger, pool, provider.url)
+    provider.faults(lose_reply=0.0)
+
+    done = cli(settings, "--json", "reconcile", "--all")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert [(d["task_id"], d["answer"], d["state"]) for d in answer["decisions"]] == [
+        (task_id, "found", "recovered")
+    ]
+    assert answer["requests"]["recovered"] == 1
+    again = cli(settings, "reconcile")
+    assert again.returncode == 0
+    assert "nothing to reconcile" in again.stdout
+
+
+class Blackhole:
+    """A provider front that answers ``/v1/info`` like the real one and swallows
+    every submit without a reply: a worker killed while waiting on it has committed
+    its intent, and the real provider never received anything."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        self.info = json.dumps(info).encode()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            request = conn.recv(65536)
+            if request.startswith(b"GET /v1/info"):
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(self.info)}\r\nConnection: close\r\n\r\n".encode()
+                    + self.info
+                )
+                conn.close()
+            else:
+                self.held.append(conn)  # never answered
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+async def test_a_crash_after_the_intent_and_before_sending_goes_to_review_not_resent(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider, settings: Settings
+) -> None:
+    task_id = await submit(ledger, note(5), "crash-before-send.md")
+    hole = Blackhole(provider.info())
+    try:
+        worker = start_cli(settings, "worker", task_id, "--provider", hole.url, "--lease", "2")
+        for _ in range(200):  # until the intent is committed and the call hangs
+            if await ledger.providers.for_task(task_id):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        worker.send_signal(signal.SIGKILL)
+        worker.communicate(timeout=10)
+    finally:
+        hole.close()
+    request = await the_request(ledger, task_id)
+    assert request.state is RequestState.UNKNOWN
+
+    await asyncio.sleep(settings.lease_s + 0.2)  # the dead worker's lease runs out
+    await ledger.queue.reap()
+    decisions = await reconcile_now(ledger, provider.url)
+    assert [(d.answer, d.state) for d in decisions] == [
+        (Answer.NOT_FOUND, RequestState.NEEDS_REVIEW)
+    ]
+    assert provider.stats()["submits"] == 0
+
+    # The next attempt meets the decision-less request: failed, needs_review.
+    await wait_claimable(ledger, task_id)
+    await run_worker(ledger, pool, provider.url)
+    task = await ledger.reads.get_task(task_id)
+    assert (task.status, task.error_code) == (TaskStatus.FAILED, ErrorCode.NEEDS_REVIEW)
+    assert provider.stats()["submits"] == 0
+
+    listed = cli(settings, "--json", "review")
+    assert [r["task_id"] for r in json.loads(listed.stdout)] == [task_id]
+    decided = cli(settings, "--actor", "ana", "review", "resend", task_id[:8], "--reason", "seen")
+    assert decided.returncode == 0, decided.stderr
+    await run_worker(ledger, pool, provider.url)
+    task = await ledger.reads.get_task(task_id)
+    assert task.status is TaskStatus.SUCCEEDED
+    assert provider.stats()["submits"] == 1
+    history = await ledger.reads.task_history(task_id)
+    assert any(e.actor == "ana" and "resend approved" in (e.reason or "") for e in history)
+
+
+async def test_marking_a_reviewed_request_failed_keeps_it_from_being_sent(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider, settings: Settings
+) -> None:
+    task_id = await submit(ledger, note(6), "mark-failed.md")
+    provider.faults(lose_reply=1.0)
+    await run_worker(ledger, pool, provider.url)
+    request = await the_request(ledger, task_id)
+    # The provider loses its record (a restart without its database): not found.
+    provider.stop()
+    fresh = start_provider(Path(settings.store_root).parent / "fresh-provider.sqlite3")
+    try:
+        decisions = await reconcile_now(ledger, fresh.url)
+        assert [d.state for d in decisions] == [RequestState.NEEDS_REVIEW]
+        refused = cli(settings, "review", "fail", task_id)
+        assert refused.returncode == 2 and "reason" in refused.stderr
+        await wait_claimable(ledger, task_id)
+        await run_worker(ledger, pool, fresh.url)
+        marked = cli(settings, "review", "fail", task_id, "--reason", "model retired")
+        assert marked.returncode == 0, marked.stderr
+        task = await ledger.reads.get_task(task_id)
+        assert (task.status, task.error_code) == (TaskStatus.FAILED, ErrorCode.PROVIDER_FAILED)
+        # An operator's plain retry does not send a request marked failed.
+        await ledger.operator.retry(task_id)
+        await run_worker(ledger, pool, fresh.url)
+        task = await ledger.reads.get_task(task_id)
+        assert task.error_code is ErrorCode.PROVIDER_FAILED
+        assert fresh.submits_of(request.request_key) == 0
+        again = cli(settings, "review", "fail", task_id, "--reason", "twice")
+        assert again.returncode == 3  # nothing waits for review any more
+    finally:
+        fresh.stop()
+
+
+async def test_a_worker_killed_between_the_providers_success_and_its_commit_is_not_resent(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider, settings: Settings
+) -> None:
+    task_id = await submit(ledger, note(7), "killed-mid-call.md")
+    provider.faults(slow_s=3.0)
+    worker = start_cli(settings, "worker", task_id, "--provider", provider.url, "--lease", "2")
+    for _ in range(200):  # until the provider has the request (and sleeps on it)
+        if provider.stats()["submits"] == 1:
+            break
+        await asyncio.sleep(0.05)
+    worker.send_signal(signal.SIGKILL)
+    worker.communicate(timeout=10)
+    provider.faults(slow_s=0.0)
+    assert (await the_request(ledger, task_id)).state is RequestState.UNKNOWN
+
+    await asyncio.sleep(3.5)  # the provider finishes; the dead worker's lease runs out
+    ran = await run_worker(ledger, pool, provider.url)  # reaps, reconciles, runs
+    task = await ledger.reads.get_task(task_id)
+    assert task.status is TaskStatus.SUCCEEDED, (task, ran.stats)
+    assert (await the_request(ledger, task_id)).state is RequestState.RECOVERED
+    assert provider.stats()["submits"] == 1
+
+
+async def test_two_workers_on_one_task_one_claims_and_the_provider_sees_one_submit(
+    ledger: Ledger, provider: DemoProvider, settings: Settings
+) -> None:
+    task_id = await submit(ledger, note(8), "race.md")
+    workers = [
+        start_cli(settings, "--json", "worker", task_id, "--provider", provider.url)
+        for _ in range(2)
+    ]
+    answers = [json.loads(w.communicate(timeout=60)[0]) for w in workers]
+    assert sorted(len(a["claimed"]) for a in answers) == [0, 1]
+    assert sorted(len(a["missed"]) for a in answers) == [0, 1]
+    assert (await ledger.reads.get_task(task_id)).status is TaskStatus.SUCCEEDED
+    assert provider.stats()["submits"] == provider.stats()["distinct_keys"] == 1
+
+
+def test_request_keys_follow_the_input_and_the_model_not_anything_else() -> None:
+    @dataclass
+    class Model:
+        name: str = "demo-provider"
+        version: str = "m1"
+        dimensions: int = 256
+
+    texts = ["alpha beta", "gamma"]
+    key = request_key(Model(), texts)  # type: ignore[arg-type]
+    assert key == request_key(Model(), list(texts))  # type: ignore[arg-type]
+    assert key != request_key(Model(), ["alpha beta", "gamma "])  # type: ignore[arg-type]
+    assert key != request_key(Model(), ["alpha", "beta gamma"])  # type: ignore[arg-type]
+    assert key != request_key(Model(), texts[::-1])  # type: ignore[arg-type]
+    assert key != request_key(Model(version="m2"), texts)  # type: ignore[arg-type]
+    assert key != request_key(Model(dimensions=128), texts)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+async def test_a_batch_with_workers_killed_and_replies_lost_ends_settled_and_never_twice(
+    ledger: Ledger, settings: Settings, provider: DemoProvider
+) -> None:
+    documents = 50
+    task_ids = [
+        await submit(ledger, note(100 + i, paragraphs=1 + i % 4), f"n{i}.md")
+        for i in range(documents)
+    ]
+    provider.faults(lose_reply=0.2, slow_s=0.05)
+    chaos = random.Random(11)
+    args = ("worker", "--loop", "--provider", provider.url, "--lease", "2", "--concurrency", "2")
+    workers = [start_cli(settings, *args) for _ in range(2)]
+    deadline = time.monotonic() + 120
+    settled = {TaskStatus.SUCCEEDED, TaskStatus.FAILED}
+    try:
+        kills = 0
+        while time.monotonic() < deadline:
+            tasks = [await ledger.reads.get_task(t) for t in task_ids]
+            if all(t.status in settled for t in tasks):
+                break
+            await asyncio.sleep(chaos.uniform(0.3, 1.2))
+            if kills < 8:
+                victim = chaos.randrange(len(workers))
+                workers[victim].send_signal(signal.SIGKILL)
+                workers[victim].communicate(timeout=10)
+                workers[victim] = start_cli(settings, *args)
+                kills += 1
+            else:
+                # Chaos over: unknown requests are looked up, as a worker's periodic
+                # reconcile would, without waiting its period out.
+                provider.faults(lose_reply=0.0)
+                await reconcile_now(ledger)
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            w.communicate(timeout=30)
+
+    tasks = [await ledger.reads.get_task(t) for t in task_ids]
+    assert all(t.status in settled for t in tasks), [(t.status, t.error_code) for t in tasks]
+    for t in tasks:
+        if t.status is TaskStatus.FAILED:
+            assert t.error_code is not None
+    succeeded = [t for t in tasks if t.status is TaskStatus.SUCCEEDED]
+    assert len(succeeded) >= documents // 2
+    for t in succeeded:
+        chunks = await ledger.reads.chunks(t.document_id)
+        ordinals = [c.ordinal for c in chunks]
+        assert ordinals == sorted(set(ordinals)), "duplicate chunks"
+    stats = provider.stats()
+    assert stats["lost_replies"] > 0  # the chaos really happened
+    # Never twice: every request key the provider saw, it saw once.
+    assert stats["submits"] == stats["distinct_keys"]
