@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
@@ -35,8 +36,13 @@ async def cmd_task(ledger: Ledger, args: argparse.Namespace, out: Output) -> Non
     """``ingestdesk task TASK_ID``: one task with its event history."""
     task = await ledger.reads.get_task(args.task_id)
     history = await ledger.reads.task_history(task.task_id)
+    requests = await ledger.providers.for_task(task.task_id)
     stalled = task.is_stalled(time.time(), ledger.settings.stall_after_s)
-    value = task.to_dict() | {"stalled": stalled, "history": [e.to_dict() for e in history]}
+    value = task.to_dict() | {
+        "stalled": stalled,
+        "history": [e.to_dict() for e in history],
+        "provider_requests": [r.to_dict() for r in requests],
+    }
     lines = [
         f"task      {task.task_id}",
         f"document  {task.document_id}  {task.document_name or '(gone)'}",
@@ -52,8 +58,16 @@ async def cmd_task(ledger: Ledger, args: argparse.Namespace, out: Output) -> Non
         ),
         f"error     {task.error_code.value if task.error_code else '-'}"
         + (f" ({task.error_detail})" if task.error_detail else ""),
-        "history:",
     ]
+    if requests:
+        states = Counter(r.state.value for r in requests)
+        lines.append("provider  " + ", ".join(f"{n} {state}" for state, n in states.items()))
+        lines.extend(
+            f"  request {r.request_key[:12]} {r.state.value}: {r.detail or ''}"
+            for r in requests
+            if r.state.value not in ("done", "recovered")
+        )
+    lines.append("history:")
     for e in history:
         lines.append(
             f"  {when(e.at)}  {e.from_status or '-':>10} -> {e.to_status:<10} stage={e.stage} "

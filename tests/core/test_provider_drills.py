@@ -322,6 +322,9 @@ async def test_a_crash_after_the_intent_and_before_sending_goes_to_review_not_re
     assert (task.status, task.error_code) == (TaskStatus.FAILED, ErrorCode.NEEDS_REVIEW)
     assert provider.stats()["submits"] == 0
 
+    shown = cli(settings, "task", task_id)
+    assert "provider  1 needs_review" in shown.stdout, shown.stdout
+    assert "not found at the provider" in shown.stdout
     listed = cli(settings, "--json", "review")
     assert [r["task_id"] for r in json.loads(listed.stdout)] == [task_id]
     decided = cli(settings, "--actor", "ana", "review", "resend", task_id[:8], "--reason", "seen")
