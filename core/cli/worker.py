@@ -31,6 +31,7 @@ from core.cli.command import Command
 from core.cli.logs import LOG_FORMATS, worker_log
 from core.cli.options import identifier, seconds, settings_from_args, whole_number
 from core.cli.output import EXIT_OK, Output
+from core.cli.review import provider_url
 from core.config import Settings
 from core.errors import BadInput
 from core.gc_tuning import freeze_startup_objects
@@ -93,6 +94,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--provider",
+        type=provider_url,
         metavar="URL",
         help="embed with the remote provider at URL (e.g. one `ingestdesk provider serve` "
         "runs); every call goes through the provider ledger (default: in-process)",
@@ -136,8 +138,6 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         ) from exc
     provider = getattr(args, "provider", None)
     if provider is not None:
-        from core.cli.review import provider_url
-
         try:
             args.provider = provider_url(provider)
         except argparse.ArgumentTypeError as exc:
