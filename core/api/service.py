@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -16,6 +17,7 @@ from core.api.context import ledger_of
 from core.errors import LedgerUnavailable
 from core.ledger import LedgerStats
 from core.ledger.migrate import SCHEMA_HEAD
+from core.states import RequestState
 
 router = APIRouter(tags=["service"])
 
@@ -37,8 +39,9 @@ async def healthz(request: Request) -> dict[str, Any]:
 class _Snapshot(Collector):
     """One scrape's figures, read from the ledger just before rendering."""
 
-    def __init__(self, stats: LedgerStats) -> None:
+    def __init__(self, stats: LedgerStats, requests: Mapping[RequestState, int]) -> None:
         self.stats = stats
+        self.requests = requests
 
     def collect(self) -> Any:
         stats = self.stats
@@ -67,13 +70,22 @@ class _Snapshot(Collector):
         yield GaugeMetricFamily(
             "ingestdesk_workers_alive", "Workers with a recent heartbeat", value=stats.workers_alive
         )
+        requests = GaugeMetricFamily(
+            "ingestdesk_provider_requests",
+            "Requests to remote embedding providers in each provider-ledger state",
+            labels=["state"],
+        )
+        for state, n in self.requests.items():
+            requests.add_metric([state.value], n)
+        yield requests
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(request: Request, caller: Viewer) -> Response:
-    stats = await ledger_of(request).reads.stats(time.time())
+    ledger = ledger_of(request)
+    stats = await ledger.reads.stats(time.time())
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(stats))
+    registry.register(_Snapshot(stats, await ledger.providers.counts()))
     return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
 

@@ -213,6 +213,7 @@ def test_health_metrics_and_offline_docs(api: Api) -> None:
         metrics = viewer.get("/metrics")
         assert metrics.status_code == 200
         assert 'ingestdesk_tasks{status="queued"} 1.0' in metrics.text
+        assert 'ingestdesk_provider_requests{state="unknown"} 0.0' in metrics.text
         assert "ingestdesk_queue_oldest_age_seconds" in metrics.text
         assert "ingestdesk_workers_alive" in metrics.text
         docs = viewer.get("/docs")
