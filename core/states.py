@@ -29,6 +29,8 @@ class DocumentStatus(StrEnum):
     REVIEW_PENDING = "review_pending"
     PUBLISHED = "published"
     FAILED = "failed"
+    WITHDRAWN = "withdrawn"  # taken out of search by a person; may be published again
+    RETIRED = "retired"  # replaced by a newer version; kept, never searched again
 
 
 class DocumentKind(StrEnum):
@@ -111,6 +113,16 @@ PAIRED_DOCUMENT_STATUS: dict[TaskStatus, DocumentStatus] = {
     TaskStatus.SUCCEEDED: DocumentStatus.REVIEW_PENDING,
     TaskStatus.FAILED: DocumentStatus.FAILED,
     TaskStatus.CANCELLED: DocumentStatus.DRAFT,
+}
+
+DOCUMENT_MEANING: dict[DocumentStatus, str] = {
+    DocumentStatus.DRAFT: "uploaded (or its run was cancelled, or rejected); may be submitted",
+    DocumentStatus.PROCESSING: "a task is queued, running or waiting to retry",
+    DocumentStatus.REVIEW_PENDING: "chunks are ready; a person decides to publish or reject",
+    DocumentStatus.PUBLISHED: "approved: its chunks are what search finds for this document",
+    DocumentStatus.FAILED: "its task failed; retry the task or upload again",
+    DocumentStatus.WITHDRAWN: "taken out of search by a person; may be published again",
+    DocumentStatus.RETIRED: "a newer version replaced it; kept in the history, never searched",
 }
 
 TASK_MEANING: dict[TaskStatus, str] = {

@@ -29,7 +29,9 @@ def _sources() -> dict[str, Path]:
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    at_import_time = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
@@ -43,10 +45,18 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 for alias in node.names
             ]
         for target in targets:
-            # "import core.ledger.views" also runs core/__init__ and core/ledger/__init__,
-            # but those are the package's front doors, not a second idea: count the module.
             if target in modules and target != name:
                 found.add(target)
+            # "import core.ledger.views" from outside core.ledger, at import time, also
+            # runs core/ledger/__init__ first: a module the package's front door
+            # imports cannot import into the package without a circle at run time.
+            if id(node) not in at_import_time:
+                continue
+            parts = target.split(".")
+            for depth in range(2, len(parts)):
+                front = ".".join(parts[:depth])
+                if front in modules and not name.startswith(front + ".") and front != name:
+                    found.add(front)
     return found
 
 

@@ -100,7 +100,7 @@ def replayed(response: Response, replay: bool) -> None:
 
 @router.post("/{document_id}/publish", summary="Publish a reviewed document")
 async def publish(request: Request, document_id: str, caller: Publisher) -> dict[str, Any]:
-    document = await ledger_of(request).operator.publish(document_id, actor=caller.name)
+    document = await ledger_of(request).versions.publish(document_id, actor=caller.name)
     return document.to_dict()
 
 

@@ -62,7 +62,7 @@ async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) ->
 
 async def cmd_publish(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     """``ingestdesk publish DOC_ID``: approve a reviewed document."""
-    doc = await ledger.operator.publish(args.document_id, actor=args.actor)
+    doc = await ledger.versions.publish(args.document_id, actor=args.actor)
     out.emit(doc.to_dict(), f"published document={doc.document_id} name={doc.filename}")
 
 

@@ -6,7 +6,9 @@ PostgreSQL database, as a package of roles over one schema.
 * ``ledger.queue`` — the worker's side (:mod:`core.ledger.queue`): claim, heartbeat,
   progress, finish, fail, hand back, reap;
 * ``ledger.operator`` — the operator's side (:mod:`core.ledger.actions`): upload,
-  submit, publish, cancel, retry, bulk actions;
+  submit, cancel, retry, bulk actions;
+* ``ledger.versions`` — document versions and the review desk's decisions
+  (:mod:`core.ledger.versions`): replace, publish, reject, withdraw, delete;
 * ``ledger.reads`` — lists, the revision feed, counts, history, chunks, search
   (:mod:`core.ledger.reads`);
 * ``ledger.registry`` — workers seen in the ledger (:mod:`core.ledger.registry`);
@@ -40,6 +42,7 @@ from core.ledger.reads import Reads
 from core.ledger.registry import WorkerRegistry
 from core.ledger.tokens import NewToken, TokenRegistry, TokenView
 from core.ledger.transactions import Transactions, open_transactions
+from core.ledger.versions import Versions
 from core.ledger.views import (
     BulkResult,
     ChunkRecord,
@@ -85,6 +88,7 @@ class Ledger:
         self.operator = Operator(
             transactions, settings, ObjectStore(settings.store_root), self.reads, clock, ids
         )
+        self.versions = Versions(transactions, self.operator, clock, ids)
         self.registry = WorkerRegistry(transactions, clock)
         self.tokens = TokenRegistry(transactions, clock, ids)
         self.idempotency = IdempotencyKeys(transactions, clock)
@@ -161,6 +165,7 @@ __all__ = [
     "TaskView",
     "TokenRegistry",
     "TokenView",
+    "Versions",
     "WorkQueue",
     "WorkerRegistry",
     "WorkerView",

@@ -1,5 +1,5 @@
-"""The operator's side of the ledger: upload, submit, publish, cancel, retry, bulk
-actions and deleting a document.
+"""The operator's side of the ledger: upload, submit, cancel, retry and bulk actions
+(versions, publishing and deleting: :mod:`core.ledger.versions`).
 
 Each action is one conditional UPDATE whose WHERE clause is the transition rule; when
 it matches nothing, the action re-reads the row and raises :class:`Conflict` saying
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import Row, delete, insert, select, text, update
+from sqlalchemy import Row, insert, select, text, update
 from sqlalchemy.engine import Connection
 
 from core.config import Settings
@@ -25,7 +25,7 @@ from core.intake import check_upload, display_name, read_upload
 from core.ledger import idempotency, rows
 from core.ledger.idempotency import Once
 from core.ledger.reads import Reads
-from core.ledger.schema import CANCELLABLE_SQL, DOCUMENTS, OUTBOX, TASKS
+from core.ledger.schema import CANCELLABLE_SQL, DOCUMENT_EVENTS, DOCUMENTS, OUTBOX, TASKS
 from core.ledger.statements import DELETE_CHUNKS, TASK_COLUMNS, next_revision
 from core.ledger.transactions import Transactions
 from core.ledger.views import BulkResult, DocumentView, TaskView
@@ -98,7 +98,7 @@ class Operator:
         objects, which are harmless and shared by the next upload of the same bytes.
         """
         check_identifier(actor, "actor")
-        documents = await self._stored_documents(files)
+        documents = await self.stored_drafts(files)
         task_ids = [self._ids() for _ in documents] if submit else []
         now = self.clock()
 
@@ -123,7 +123,7 @@ class Operator:
         the document, so no second request can slip in between."""
         check_identifier(actor, "actor")
         key = idempotency.check_key(key)
-        [document] = await self._stored_documents([(data, name)])
+        [document] = await self.stored_drafts([(data, name)])
         fingerprint = idempotency.fingerprint(
             "add" if submit else "upload", sha256=str(document["sha256"])
         )
@@ -144,9 +144,7 @@ class Operator:
 
         return await self._tx.write(tx)
 
-    async def _stored_documents(
-        self, files: Sequence[tuple[bytes, str]]
-    ) -> list[dict[str, object]]:
+    async def stored_drafts(self, files: Sequence[tuple[bytes, str]]) -> list[dict[str, object]]:
         """Judge every file (one line naming each problem), store the originals, and
         make their draft rows (not yet written)."""
         kinds: list[DocumentKind] = []
@@ -161,9 +159,12 @@ class Operator:
         # fsync can take tens of milliseconds: keep it off the event loop.
         stored = [await asyncio.to_thread(self.store.put, data) for data, _ in files]
         now = self.clock()
+        ids = [self._ids() for _ in files]
         return [
             {
-                "id": self._ids(),
+                "id": doc_id,
+                "family_id": doc_id,
+                "version_no": 1,
                 "filename": display_name(name),
                 "sha256": digest,
                 "object_key": key,
@@ -174,7 +175,9 @@ class Operator:
                 "created_at": now,
                 "updated_at": now,
             }
-            for (data, name), kind, (key, digest) in zip(files, kinds, stored, strict=True)
+            for doc_id, (data, name), kind, (key, digest) in zip(
+                ids, files, kinds, stored, strict=True
+            )
         ]
 
     def _insert_documents(
@@ -188,6 +191,23 @@ class Operator:
         """Write the drafts, and submit each when ``task_ids`` names their tasks."""
         if documents:
             conn.execute(insert(DOCUMENTS), list(documents))
+            conn.execute(
+                insert(DOCUMENT_EVENTS),
+                [
+                    {
+                        "family_id": doc["family_id"],
+                        "document_id": doc["id"],
+                        "version_no": doc["version_no"],
+                        "at": now,
+                        "actor": actor,
+                        "action": "upload",
+                        "from_status": None,
+                        "to_status": DocumentStatus.DRAFT.value,
+                        "reason": None,
+                    }
+                    for doc in documents
+                ],
+            )
         out: list[tuple[DocumentView, TaskView | None]] = []
         for i, doc in enumerate(documents):
             task = (
@@ -306,44 +326,6 @@ class Operator:
             },
         )
         return TaskView.from_row(row, document_name=doc.filename)
-
-    async def publish(self, document_id: str, *, actor: str = "system") -> DocumentView:
-        """A human approved the chunks: review_pending → published (searchable)."""
-        return await self._move_document(
-            document_id,
-            DocumentStatus.REVIEW_PENDING,
-            DocumentStatus.PUBLISHED,
-            "only documents waiting for review can be published",
-        )
-
-    async def _move_document(
-        self, document_id: str, source: DocumentStatus, target: DocumentStatus, rule: str
-    ) -> DocumentView:
-        now = self.clock()
-
-        def tx(conn: Connection) -> DocumentView:
-            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
-            row = conn.execute(
-                update(DOCUMENTS)
-                .where((DOCUMENTS.c.id == doc_id) & (DOCUMENTS.c.status == source.value))
-                .values(status=target.value, version=DOCUMENTS.c.version + 1, updated_at=now)
-                .returning(*DOCUMENTS.c)
-            ).first()
-            if row is None:
-                current = rows.document_row(conn, doc_id)
-                raise Conflict(f"document {doc_id[:8]} is {current.status}; {rule}")
-            return DocumentView.from_row(row)
-
-        return await self._tx.write(tx)
-
-    async def delete_document(self, document_id: str) -> None:
-        """Remove a document row and its chunks (its tasks keep their history)."""
-
-        def tx(conn: Connection) -> None:
-            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
-            conn.execute(delete(DOCUMENTS).where(DOCUMENTS.c.id == doc_id))
-
-        await self._tx.write(tx)
 
     # ------------------------------------------------------------ task moves
 

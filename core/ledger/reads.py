@@ -5,7 +5,6 @@ chunks and search. Nothing here writes; every read is one short transaction.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -13,13 +12,16 @@ from sqlalchemy import ColumnElement, Select, func, select, text, tuple_
 from sqlalchemy.engine import Connection
 
 from core.filters import COMPARISONS, TaskFilter, Term
-from core.ledger import rows
+from core.ledger import rows, version_reads
 from core.ledger.registry import WORKER_GONE_AFTER_S
+from core.ledger.review_diff import VersionDiff, diff_versions
 from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, TASKS, WORKERS
+from core.ledger.search import run_search
 from core.ledger.transactions import Transactions
 from core.ledger.views import (
     ChunkRecord,
     ChunkView,
+    DocumentEventView,
     DocumentView,
     FailureGroup,
     LedgerStats,
@@ -312,50 +314,53 @@ class Reads:
 
         return await self._tx.read(tx)
 
+    # -------------------------------------------------------------- versions
+
+    async def versions(self, document_id: str) -> list[DocumentView]:
+        """Every version of a document (any version's id names it), oldest first."""
+        return await self._tx.read(lambda conn: version_reads.versions(conn, document_id))
+
+    async def document_history(self, document_id: str) -> list[DocumentEventView]:
+        """A document's history: uploads, publishes, rejects, withdrawals, retirements
+        and deletion, with actor, time and reason, oldest first."""
+        return await self._tx.read(lambda conn: version_reads.history(conn, document_id))
+
+    async def review_queue(self) -> list[DocumentView]:
+        """Versions waiting for a person, the longest-waiting first."""
+        return await self._tx.read(version_reads.review_queue)
+
+    async def review(self, document_id: str) -> VersionDiff:
+        """A version as a reviewer sees it: its chunks against the published version's."""
+
+        def tx(conn: Connection) -> VersionDiff:
+            resolved = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            candidate = DocumentView.from_row(rows.document_row(conn, resolved))
+            published = version_reads.published_version(conn, candidate.family_id)
+            if published is not None and published.document_id == candidate.document_id:
+                published = None
+            return diff_versions(
+                candidate,
+                version_reads.chunk_views(conn, resolved),
+                version_reads.page_count(conn, resolved),
+                published,
+                version_reads.chunk_views(conn, published.document_id) if published else (),
+                version_reads.page_count(conn, published.document_id) if published else 0,
+            )
+
+        return await self._tx.read(tx)
+
     async def search(
         self, query: str, *, limit: int = 20, include_unpublished: bool = False
     ) -> list[SearchHit]:
-        """Full-text search over chunks (FTS5 on SQLite, tsvector on PostgreSQL).
-
-        Only published documents are searchable unless ``include_unpublished``:
-        review_pending chunks exist but a human has not approved them yet.
-        """
-        words = re.findall(r"\w+", query)
-        if not words:
-            return []
-        columns = (
-            CHUNKS.c.document_id,
-            DOCUMENTS.c.filename,
-            CHUNKS.c.ordinal,
-            CHUNKS.c.page,
-            CHUNKS.c.text,
+        """Ranked full-text search over chunks (:mod:`core.ledger.search`): only
+        published versions unless ``include_unpublished`` (review_pending chunks
+        exist, but a person has not approved them yet)."""
+        backend = self._tx.backend
+        return await self._tx.read(
+            lambda conn: run_search(
+                conn, backend, query, limit=limit, include_unpublished=include_unpublished
+            )
         )
-        joined = CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id)
-        if self._tx.backend == "postgresql":
-            match = text("chunks.search @@ plainto_tsquery('simple', :q)").bindparams(
-                q=" ".join(words)
-            )
-            stmt = select(*columns).select_from(joined).where(match)
-        else:
-            # Quoted terms: user text must never be read as FTS5 query syntax.
-            fts_query = " ".join('"' + w.replace('"', "") + '"' for w in words)
-            stmt = (
-                select(*columns)
-                .select_from(joined.join(text("chunks_fts"), text("chunks_fts.rowid = chunks.id")))
-                .where(text("chunks_fts MATCH :q").bindparams(q=fts_query))
-                .order_by(text("chunks_fts.rank"))
-            )
-        if not include_unpublished:
-            stmt = stmt.where(DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value)
-        stmt = stmt.limit(limit)
-
-        def tx(conn: Connection) -> list[SearchHit]:
-            return [
-                SearchHit(r.document_id, r.filename, r.ordinal, r.page, r.text)
-                for r in conn.execute(stmt)
-            ]
-
-        return await self._tx.read(tx)
 
 
 def term_clause(term: Term) -> ColumnElement[bool]:

@@ -11,11 +11,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Row, Select, Table, select
+from sqlalchemy import Row, Select, Table, insert, select
 from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, Conflict, NotFound
-from core.ledger.schema import DOCUMENTS, TASKS
+from core.ledger.schema import DOCUMENT_EVENTS, DOCUMENTS, TASKS
 from core.ledger.statements import INSERT_EVENTS, MOVE_DOCUMENT, TASK_COLUMNS
 from core.ledger.views import DocumentView, TaskView
 from core.states import DocumentStatus
@@ -140,3 +140,30 @@ def move_document(
         # document status left to pair with.
         return
     raise Conflict(f"document {document_id[:8]} is not {source}; the task change was not applied")
+
+
+def record_document_event(
+    conn: Connection,
+    doc: Any,
+    *,
+    action: str,
+    actor: str,
+    at: float,
+    from_status: str | None,
+    to_status: str | None,
+    reason: str | None = None,
+) -> None:
+    """Append one line to a document's history, in the caller's transaction."""
+    conn.execute(
+        insert(DOCUMENT_EVENTS).values(
+            family_id=doc.family_id,
+            document_id=doc.id,
+            version_no=doc.version_no,
+            at=at,
+            actor=actor,
+            action=action,
+            from_status=from_status,
+            to_status=to_status,
+            reason=reason,
+        )
+    )

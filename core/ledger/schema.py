@@ -70,6 +70,12 @@ class Document(Base):
     status: Mapped[str] = mapped_column(String(16), index=True)
     # Optimistic-locking row version: every status change bumps it.
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # Versions: every row is one version of a document. The document is named by
+    # its first version's id (``family_id``); ``version_no`` counts 1, 2, ... A
+    # version's chunks are keyed by its own row, so two versions never mix, and at
+    # most one version of a family is published (search reads only published rows).
+    family_id: Mapped[str] = mapped_column(String(32), index=True)
+    version_no: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
 
@@ -160,6 +166,24 @@ class TaskEvent(Base):
     stage: Mapped[str] = mapped_column(String(16))
     attempt: Mapped[int] = mapped_column(Integer)
     error_code: Mapped[str | None] = mapped_column(String(32))
+    reason: Mapped[str | None] = mapped_column(String(500))
+
+
+class DocumentEvent(Base):
+    """A document's history (upload, publish, reject, withdraw, retire, delete):
+    append-only, like the task history."""
+
+    __tablename__ = "document_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    family_id: Mapped[str] = mapped_column(String(32), index=True)
+    document_id: Mapped[str] = mapped_column(String(32))
+    version_no: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(16))
+    from_status: Mapped[str | None] = mapped_column(String(16))
+    to_status: Mapped[str | None] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(String(500))
 
 
@@ -255,3 +279,4 @@ WORKERS = cast(Table, WorkerRecord.__table__)
 API_TOKENS = cast(Table, ApiToken.__table__)
 IDEMPOTENCY_KEYS = cast(Table, IdempotencyKey.__table__)
 PROVIDER_REQUESTS = cast(Table, ProviderRequest.__table__)
+DOCUMENT_EVENTS = cast(Table, DocumentEvent.__table__)

@@ -36,9 +36,12 @@ class DocumentView(_View):
     size: int
     kind: DocumentKind
     status: DocumentStatus
-    version: int
+    version: int  # the row version (optimistic locking): bumped by every change
     created_at: float
     updated_at: float
+    # The document this is a version of (its first version's id), and which one.
+    family_id: str = ""
+    version_no: int = 1
 
     @classmethod
     def from_row(cls, row: Any) -> DocumentView:
@@ -54,6 +57,8 @@ class DocumentView(_View):
             version=m["version"],
             created_at=m["created_at"],
             updated_at=m["updated_at"],
+            family_id=m.get("family_id") or m["id"],
+            version_no=m.get("version_no") or 1,
         )
 
 
@@ -221,11 +226,19 @@ class ChunkView(_View):
 
 @dataclass(frozen=True)
 class SearchHit(_View):
+    """One matching chunk of a published version: which document and version, where,
+    how well it ranks (higher is better) and a snippet with the matched words marked
+    ``**like this**``."""
+
     document_id: str
     filename: str
     ordinal: int
     page: int | None
     text: str
+    family_id: str = ""
+    version_no: int = 1
+    score: float = 0.0
+    snippet: str = ""
 
 
 @dataclass(frozen=True)
@@ -356,4 +369,34 @@ class ProviderRequestView(_View):
             task_status=TaskStatus(status) if status else None,
             document_id=m.get("document_id"),
             document_name=m.get("document_name"),
+        )
+
+
+@dataclass(frozen=True)
+class DocumentEventView(_View):
+    """One line of a document's history: who did what to which version, when, why."""
+
+    family_id: str
+    document_id: str
+    version_no: int
+    at: float
+    actor: str
+    action: str
+    from_status: str | None
+    to_status: str | None
+    reason: str | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> DocumentEventView:
+        m = _mapping(row)
+        return cls(
+            family_id=m["family_id"],
+            document_id=m["document_id"],
+            version_no=m["version_no"],
+            at=m["at"],
+            actor=m["actor"],
+            action=m["action"],
+            from_status=m["from_status"],
+            to_status=m["to_status"],
+            reason=m["reason"],
         )

@@ -366,7 +366,7 @@ async def test_retry_needs_the_document_failed_too(ledger: Ledger) -> None:
     claim = await ledger.queue.claim(task.task_id, "w")
     assert claim is not None
     await ledger.queue.fail(claim, ErrorCode.PARSE_ERROR)
-    await ledger.operator.delete_document(task.document_id)
+    await ledger.versions.delete(task.document_id)
     with pytest.raises(Conflict, match="no longer exists"):
         await ledger.operator.retry(task.task_id)
 
@@ -374,11 +374,11 @@ async def test_retry_needs_the_document_failed_too(ledger: Ledger) -> None:
 async def test_publish_only_from_review_pending(ledger: Ledger) -> None:
     task = await submitted(ledger)
     with pytest.raises(Conflict, match="waiting for review"):
-        await ledger.operator.publish(task.document_id)
+        await ledger.versions.publish(task.document_id)
     claim = await ledger.queue.claim(task.task_id, "w")
     assert claim is not None
     await ledger.queue.finish(claim, [])
-    published = await ledger.operator.publish(task.document_id)
+    published = await ledger.versions.publish(task.document_id)
     assert published.status is DocumentStatus.PUBLISHED
 
 

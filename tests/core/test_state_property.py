@@ -543,9 +543,9 @@ class LedgerMachine(RuleBasedStateMachine):
     def _publish(self, document_id: str) -> None:
         doc = self.document(document_id)
         if doc.status is not DocumentStatus.REVIEW_PENDING:
-            self.refused(lambda: self.ledger.operator.publish(document_id), "waiting for review")
+            self.refused(lambda: self.ledger.versions.publish(document_id), "waiting for review")
             return
-        published = self.run(self.ledger.operator.publish(document_id, actor="operator"))
+        published = self.run(self.ledger.versions.publish(document_id, actor="operator"))
         event("publish applied")
         assert published.status is DocumentStatus.PUBLISHED
         assert published.version == doc.version + 1

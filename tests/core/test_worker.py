@@ -130,7 +130,7 @@ async def test_success_is_review_pending_and_not_searchable_until_published(
     assert {c.page for c in chunks} == {1, 2}
     assert await ledger.reads.search("leases") == []
     assert len(await ledger.reads.search("leases", include_unpublished=True)) == 1
-    await ledger.operator.publish(doc.document_id)
+    await ledger.versions.publish(doc.document_id)
     hits = await ledger.reads.search("leases")
     assert [(h.document_id, h.page) for h in hits] == [(doc.document_id, 2)]
     lines = [e.line for e in events]
@@ -276,10 +276,13 @@ async def test_missing_object_is_an_object_read_error(ledger: Ledger, pool: Pars
 
 
 async def test_deleted_document_is_document_not_found(ledger: Ledger, pool: ParserPool) -> None:
+    # A document with a queued task may be deleted (one with a running task may not):
+    # the worker that claims the task finds the document gone.
     task_id = await add(ledger, MARKDOWN, "gone.md")
+    document_id = (await ledger.reads.get_task(task_id)).document_id
+    await ledger.versions.delete(document_id)
     claim = await ledger.queue.claim(task_id, "w")
     assert claim is not None
-    await ledger.operator.delete_document(claim.document_id)
     worker = Worker(ledger, "w", pool=pool)
     outcome = await worker.pipeline.run(claim)
     assert outcome.error_code is ErrorCode.DOCUMENT_NOT_FOUND
