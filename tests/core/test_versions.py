@@ -1,0 +1,269 @@
+"""Document versions on both backends: a candidate is not searchable until it is
+published, publishing switches search to it and retires the old version atomically
+(checked by another process searching in a loop during the switches), optimistic
+locking, concurrent publishes, reject / withdraw round trips, delete, history."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from core import BadInput, Conflict, Ledger, NotFound, Settings
+from core.ledger import ChunkRecord, DocumentView
+from core.states import DocumentStatus, TaskStatus
+
+WORD = "lighthouse"  # in every version's text: a search that must always find one
+
+
+async def finish_version(ledger: Ledger, doc: DocumentView, marker: str) -> None:
+    """Submit a version and finish its task with chunks naming ``marker``."""
+    task = await ledger.operator.submit(doc.document_id)
+    claim = await ledger.queue.claim(task.task_id, "w1")
+    assert claim is not None
+    records = [
+        ChunkRecord(i, f"{WORD} keeper {marker} part {i}", 1 + i // 2, i * 40, i * 40 + 30, None)
+        for i in range(4)
+    ]
+    assert await ledger.queue.finish(claim, records)
+
+
+async def published_doc(ledger: Ledger, marker: str = "alpha") -> DocumentView:
+    doc = await ledger.operator.upload(f"{WORD} {marker}\n".encode(), "guide.md")
+    await finish_version(ledger, doc, marker)
+    return await ledger.versions.publish(doc.document_id, actor="pat")
+
+
+async def candidate(ledger: Ledger, family: str, marker: str) -> DocumentView:
+    draft = await ledger.versions.replace(family, f"{WORD} {marker}\n".encode(), "guide.md")
+    await finish_version(ledger, draft, marker)
+    return await ledger.reads.get_document(draft.document_id)
+
+
+def markers(hits: list) -> set[str]:  # type: ignore[type-arg]
+    return {h.text.split()[2] for h in hits}
+
+
+async def test_a_candidate_is_searchable_only_once_published(ledger: Ledger) -> None:
+    v1 = await published_doc(ledger)
+    assert markers(await ledger.reads.search(WORD)) == {"alpha"}
+
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    assert (v2.family_id, v2.version_no, v2.status) == (
+        v1.document_id,
+        2,
+        DocumentStatus.REVIEW_PENDING,
+    )
+    assert markers(await ledger.reads.search(WORD)) == {"alpha"}  # review_pending is not
+    assert markers(await ledger.reads.search("beta")) == set()
+
+    await ledger.versions.publish(v2.document_id, actor="pat")
+    hits = await ledger.reads.search(WORD)
+    assert markers(hits) == {"beta"}
+    assert {(h.family_id, h.version_no) for h in hits} == {(v1.document_id, 2)}
+    assert all(f"**{WORD}**" in h.snippet for h in hits)
+    old = await ledger.reads.get_document(v1.document_id)
+    assert old.status is DocumentStatus.RETIRED
+    assert await ledger.reads.chunks(v1.document_id) == []  # retired: never searched
+    versions = await ledger.reads.versions(v2.document_id)
+    assert [(v.version_no, v.status) for v in versions] == [
+        (1, DocumentStatus.RETIRED),
+        (2, DocumentStatus.PUBLISHED),
+    ]
+    actions = [
+        (e.version_no, e.action) for e in await ledger.reads.document_history(v1.document_id)
+    ]
+    assert actions == [(1, "upload"), (1, "publish"), (2, "upload"), (1, "retire"), (2, "publish")]
+
+
+async def test_ranking_puts_the_denser_chunk_first(ledger: Ledger) -> None:
+    doc = await ledger.operator.upload(b"ranked\n", "ranked.md")
+    task = await ledger.operator.submit(doc.document_id)
+    claim = await ledger.queue.claim(task.task_id, "w1")
+    assert claim is not None
+    texts = [
+        "the harbour has a long quay and many boats and one beacon far away",
+        "beacon beacon: the beacon keeper lights the beacon",
+    ]
+    records = [ChunkRecord(i, t, None, 0, len(t), None) for i, t in enumerate(texts)]
+    assert await ledger.queue.finish(claim, records)
+    await ledger.versions.publish(doc.document_id)
+    hits = await ledger.reads.search("beacon")
+    assert [h.ordinal for h in hits] == [1, 0]
+    assert hits[0].score > hits[1].score
+
+
+async def test_a_stale_expected_version_is_refused_with_the_current_one(ledger: Ledger) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    with pytest.raises(Conflict, match=rf"changed since you looked: now version {v2.version}"):
+        await ledger.versions.publish(v2.document_id, expected_version=v2.version - 1)
+    published = await ledger.versions.publish(v2.document_id, expected_version=v2.version)
+    assert published.version == v2.version + 1
+
+
+async def test_two_concurrent_publishes_of_one_candidate_one_wins(ledger: Ledger) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    outcomes = await asyncio.gather(
+        *(
+            ledger.versions.publish(v2.document_id, actor=f"r{i}", expected_version=v2.version)
+            for i in range(4)
+        ),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(o, DocumentView) for o in outcomes) == 1
+    assert all(isinstance(o, Conflict) for o in outcomes if not isinstance(o, DocumentView))
+    publishes = [
+        e for e in await ledger.reads.document_history(v1.document_id) if e.version_no == 2
+    ]
+    assert [e.action for e in publishes].count("publish") == 1
+
+
+async def test_publishing_a_published_version_points_at_the_candidate(ledger: Ledger) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    with pytest.raises(Conflict, match=rf"version 2 \({v2.document_id[:8]}\) waits for review"):
+        await ledger.versions.publish(v1.document_id)
+
+
+async def test_reject_returns_the_candidate_to_draft_with_its_reason(ledger: Ledger) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    with pytest.raises(BadInput):
+        await ledger.versions.reject(v2.document_id, actor="pat", reason="  ")
+    rejected = await ledger.versions.reject(v2.document_id, actor="pat", reason="typos")
+    assert rejected.status is DocumentStatus.DRAFT
+    assert await ledger.reads.chunks(v2.document_id) == []
+    assert markers(await ledger.reads.search(WORD)) == {"alpha"}  # v1 still searched
+    last = (await ledger.reads.document_history(v1.document_id))[-1]
+    assert (last.action, last.actor, last.reason, last.to_status) == (
+        "reject",
+        "pat",
+        "typos",
+        "draft",
+    )
+    with pytest.raises(Conflict, match="only versions waiting for review"):
+        await ledger.versions.reject(v2.document_id, actor="pat", reason="again")
+    # A rejected draft may be submitted again, and published.
+    await finish_version(ledger, rejected, "gamma")
+    await ledger.versions.publish(v2.document_id)
+    assert markers(await ledger.reads.search(WORD)) == {"gamma"}
+
+
+async def test_withdraw_takes_it_out_of_search_and_it_may_be_published_again(
+    ledger: Ledger,
+) -> None:
+    v1 = await published_doc(ledger)
+    gone = await ledger.versions.withdraw(v1.document_id, actor="pat", reason="outdated")
+    assert gone.status is DocumentStatus.WITHDRAWN
+    assert await ledger.reads.search(WORD) == []
+    with pytest.raises(Conflict, match="only published documents can be withdrawn"):
+        await ledger.versions.withdraw(v1.document_id, actor="pat", reason="again")
+    back = await ledger.versions.publish(v1.document_id, actor="pat")
+    assert back.status is DocumentStatus.PUBLISHED
+    assert markers(await ledger.reads.search(WORD)) == {"alpha"}
+
+
+async def test_a_new_version_supersedes_waiting_candidates_but_not_a_processing_one(
+    ledger: Ledger,
+) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    v3 = await ledger.versions.replace(v1.document_id, b"lighthouse delta\n", "guide.md")
+    assert v3.version_no == 3
+    assert (await ledger.reads.get_document(v2.document_id)).status is DocumentStatus.RETIRED
+    await ledger.operator.submit(v3.document_id)
+    with pytest.raises(Conflict, match="is processing"):
+        await ledger.versions.replace(v1.document_id, b"lighthouse epsilon\n", "guide.md")
+
+
+async def test_a_worker_of_an_old_version_cannot_touch_the_new_one(ledger: Ledger) -> None:
+    v1 = await published_doc(ledger)
+    draft = await ledger.versions.replace(v1.document_id, b"lighthouse beta\n", "guide.md")
+    task = await ledger.operator.submit(draft.document_id)
+    claim = await ledger.queue.claim(task.task_id, "w1")
+    assert claim is not None
+    records = [ChunkRecord(0, f"{WORD} keeper beta part 0", 1, 0, 10, None)]
+    assert await ledger.queue.finish(claim, records)
+    # v1's chunks were not replaced by v2's finish: two versions never mix.
+    assert markers(await ledger.reads.search(WORD)) == {"alpha"}
+    assert len(await ledger.reads.chunks(v1.document_id)) == 4
+
+
+async def test_delete_refuses_a_running_task_and_queued_tasks_then_find_it_gone(
+    ledger: Ledger,
+) -> None:
+    doc = await ledger.operator.upload(b"lighthouse\n", "gone.md")
+    task = await ledger.operator.submit(doc.document_id)
+    claim = await ledger.queue.claim(task.task_id, "w1")
+    assert claim is not None
+    with pytest.raises(Conflict, match="is running"):
+        await ledger.versions.delete(doc.document_id, actor="pat")
+    await ledger.queue.hand_back(claim)
+    removed = await ledger.versions.delete(doc.document_id, actor="pat", reason="dup")
+    assert [d.document_id for d in removed] == [doc.document_id]
+    with pytest.raises(NotFound):
+        await ledger.reads.get_document(doc.document_id)
+    history = await ledger.reads.document_history(doc.document_id)
+    assert [e.action for e in history] == ["upload", "delete"]
+    assert history[-1].reason == "dup"
+    view = await ledger.reads.get_task(task.task_id)
+    assert view.status is TaskStatus.RETRY_WAIT  # a worker will find it gone
+
+
+SEARCHER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from pathlib import Path
+    from core import Ledger, Settings
+
+    async def main(db_url, store, stop):
+        ledger = await Ledger.open(Settings(db_url=db_url, store_root=Path(store)))
+        try:
+            while not Path(stop).exists():
+                hits = await ledger.reads.search("{word}", limit=100)
+                print(json.dumps(sorted({{h.version_no for h in hits}})), flush=True)
+        finally:
+            await ledger.close()
+
+    asyncio.run(main(*sys.argv[1:]))
+    """
+).format(word=WORD)
+
+
+def start_searcher(settings: Settings, stop: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", SEARCHER, settings.db_url, str(settings.store_root), str(stop)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_a_search_in_another_process_never_sees_two_versions_or_none(
+    ledger: Ledger, settings: Settings, tmp_path: Path
+) -> None:
+    v1 = await published_doc(ledger)
+    stop = tmp_path / "stop"
+    searcher = start_searcher(settings, stop)
+    try:
+        assert searcher.stdout is not None
+        searcher.stdout.readline()  # it is searching
+        for n in range(2, 8):
+            doc = await candidate(ledger, v1.document_id, f"m{n}")
+            await ledger.versions.publish(doc.document_id)
+            await asyncio.sleep(0.02)
+    finally:
+        stop.touch()
+        out, err = searcher.communicate(timeout=60)
+    assert searcher.returncode == 0, err
+    seen = [json.loads(line) for line in out.splitlines()]
+    assert len(seen) > 10
+    assert all(len(versions) == 1 for versions in seen), [s for s in seen if len(s) != 1]
+    assert seen[-1] == [7]
