@@ -14,9 +14,10 @@ import getpass
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
-from contextlib import ExitStack
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AsyncExitStack, ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import events, work
 from textual.app import App, SystemCommand
@@ -35,6 +36,8 @@ from core import (
     visible,
 )
 from core.gc_tuning import tuned_for_interactive_use
+from core.ledger import ProviderLedger, ProviderReview
+from core.states import RequestState
 from tui import policy
 from tui.desk import Desk
 from tui.format import ledger_label, shown_lines, without_password
@@ -47,6 +50,8 @@ from tui.workforce import Workforce
 if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
+    from core.ingest.providers import RemoteProvider
+
 
 class IngestDeskApp(App[int]):
     """The ingestdesk dashboard.
@@ -57,6 +62,8 @@ class IngestDeskApp(App[int]):
         read_only: No operator and no workers: every action that changes the ledger
             is hidden, and refused when its key is pressed.
         pool: Parser pool for the in-process workers (default: one the app owns).
+        provider: Remote embedding provider the in-process workers embed with
+            (default: the local embedder). The caller closes it after the app exits.
         clock: Clock for ages, stalls and throughput (tests freeze it).
         poll_interval_s: Seconds between polls of the ledger.
         actor: Name recorded in the audit log for operator actions.
@@ -85,6 +92,7 @@ class IngestDeskApp(App[int]):
         workers: int = 2,
         read_only: bool = False,
         pool: ParserPool | None = None,
+        provider: RemoteProvider | None = None,
         clock: Callable[[], float] | None = None,
         poll_interval_s: float = POLL_INTERVAL_S,
         actor: str | None = None,
@@ -97,11 +105,13 @@ class IngestDeskApp(App[int]):
         self.reads: Reads = ledger.reads
         # Read-only is the absence of the roles that change the ledger.
         self.operator: Operator | None = None if read_only else ledger.operator
+        self.providers: ProviderLedger = ledger.providers
+        self.provider_review: ProviderReview | None = None if read_only else ledger.provider_review
         self.workforce: Workforce | None = None
         if not read_only:
             # Short enough for the table's worker column, distinct between dashboards.
             prefix = worker_prefix or f"tui{os.getpid() % 1000:03d}"
-            self.workforce = Workforce(ledger, self, prefix=prefix, pool=pool)
+            self.workforce = Workforce(ledger, self, prefix=prefix, pool=pool, provider=provider)
         self.initial_workers = 0 if read_only else max(0, workers)
         self.clock: Callable[[], float] = clock or time.time
         self.actor = actor or _default_actor()
@@ -114,6 +124,7 @@ class IngestDeskApp(App[int]):
             ledger.reads,
             ledger.registry,
             self.mirror,
+            providers=ledger.providers,
             clock=self.clock,
             interval_s=poll_interval_s,
             activity=list if self.workforce is None else self.workforce.drain_activity,
@@ -133,6 +144,11 @@ class IngestDeskApp(App[int]):
     def ledger_workers(self) -> list[WorkerView]:
         """Workers the ledger has seen, as of the last read of its registry."""
         return self.poller.ledger_workers
+
+    @property
+    def provider_counts(self) -> Mapping[RequestState, int]:
+        """Provider requests by state, as of the last read."""
+        return self.poller.provider_counts
 
     def poll_soon(self) -> None:
         """Read the ledger's changes now (after an action) instead of at the next tick."""
@@ -278,7 +294,7 @@ class IngestDeskApp(App[int]):
     def on_key(self, event: events.Key) -> None:
         # In read-only mode the bindings of changing actions are hidden, so their
         # keys reach here unhandled: say why nothing happened.
-        action = _CHANGING_KEYS.get(event.key)
+        action = _changing_keys_of(type(self.screen)).get(event.key)
         if (
             action is not None
             and not policy.allows(self, action)
@@ -332,8 +348,19 @@ class IngestDeskApp(App[int]):
 
 
 # The keys read-only mode answers with a refusal: those of the changing actions bound
-# on the app and on the dashboard (other screens bind the same keys to the same ones).
+# on the app and on the dashboard (most screens bind the same keys to the same ones),
+# and over them those of the screen shown, where a key means something else there
+# (s resends a provider request on the failures screen, not submit).
 _CHANGING_KEYS = policy.changing_keys([*IngestDeskApp.BINDINGS, *DashboardScreen.BINDINGS])
+_SCREEN_CHANGING_KEYS: dict[type[Screen[Any]], dict[str, str]] = {}
+
+
+def _changing_keys_of(screen: type[Screen[Any]]) -> dict[str, str]:
+    keys = _SCREEN_CHANGING_KEYS.get(screen)
+    if keys is None:
+        keys = {**_CHANGING_KEYS, **policy.changing_keys(screen.BINDINGS)}
+        _SCREEN_CHANGING_KEYS[screen] = keys
+    return keys
 
 
 def _default_actor() -> str:
@@ -349,7 +376,7 @@ def _one_line(message: str, settings: Settings) -> str:
     return visible(without_password(message, settings.db_url))
 
 
-async def _run(settings: Settings, **options: object) -> int:
+async def _run(settings: Settings, *, faults_dir: Path | None = None, **options: object) -> int:
     try:
         ledger = await Ledger.open(settings)
     except IngestDeskError as exc:
@@ -360,23 +387,50 @@ async def _run(settings: Settings, **options: object) -> int:
         print(f"ingestdesk: cannot open the ledger: {why}", file=sys.stderr)
         return 1
     try:
-        app = IngestDeskApp(ledger, **options)  # type: ignore[arg-type]
-        result = await app.run_async()
-        return int(result or 0) if app.return_code in (None, 0) else int(app.return_code or 1)
+        # Whatever is entered here outlives the app and is closed after it, in
+        # reverse: the workers have stopped before their provider goes.
+        async with AsyncExitStack() as lifetime:
+            if faults_dir is not None:
+                from tui.provider_process import ProviderStartFailed, faulty_provider
+
+                try:
+                    provider = await lifetime.enter_async_context(faulty_provider(faults_dir))
+                except ProviderStartFailed as exc:
+                    print(f"ingestdesk: {visible(str(exc))}", file=sys.stderr)
+                    return 1
+                print(f"demo provider with faults at {provider.endpoint}", flush=True)
+                options["provider"] = provider
+            app = IngestDeskApp(ledger, **options)  # type: ignore[arg-type]
+            result = await app.run_async()
+            return int(result or 0) if app.return_code in (None, 0) else int(app.return_code or 1)
     finally:
         await ledger.close()
 
 
-def run_dashboard(settings: Settings, *, workers: int = 2, read_only: bool = False) -> int:
+def run_dashboard(
+    settings: Settings,
+    *,
+    workers: int = 2,
+    read_only: bool = False,
+    faults_dir: Path | None = None,
+) -> int:
     """Open the ledger, run the dashboard until the operator quits, close the ledger.
 
     A ledger that cannot be opened gets one line on stderr and exit code 1, before
     any screen is drawn.
 
+    Args:
+        settings: Where the ledger is.
+        workers: In-process workers started with the dashboard.
+        read_only: Hide and refuse every action that changes the ledger.
+        faults_dir: Run the demo provider with faults as a child process (its
+            database and log in this folder) and embed through it; it is stopped
+            when the dashboard exits, however it exits.
+
     Returns:
         The process exit code.
     """
-    return asyncio.run(_run(settings, workers=workers, read_only=read_only))
+    return asyncio.run(_run(settings, workers=workers, read_only=read_only, faults_dir=faults_dir))
 
 
 def run_race(settings: Settings) -> int:

@@ -57,8 +57,9 @@ def _run_dashboard(args: argparse.Namespace, out: Output) -> int:
 
 
 def _run_demo(args: argparse.Namespace, out: Output) -> int:
-    """``ingestdesk demo [DIR]``: build the demo ledger (or reopen it) and open the
-    dashboard on it."""
+    """``ingestdesk demo [DIR] [--faults]``: build the demo ledger (or reopen it) and
+    open the dashboard on it; with ``--faults`` the workers embed through a faulty
+    demo provider (see :mod:`tui.provider_process`)."""
     from core.demo import DEMO_DB_FILE, build_demo, demo_settings
 
     directory = Path(args.directory)
@@ -71,9 +72,24 @@ def _run_demo(args: argparse.Namespace, out: Output) -> int:
         write_line(f"building a demo ledger in {visible(str(directory))} ...")
         flush()
         settings = build_demo(directory)
+    faults_dir: Path | None = None
+    if args.faults and args.read_only:
+        # No workers, so nothing would ever call the provider.
+        write_line("--faults ignored: a read-only dashboard runs no workers")
+    elif args.faults:
+        from tui.provider_process import PROVIDER_LOG_FILE
+
+        write_line(
+            "starting the demo provider with faults (lost and cut-short replies); "
+            f"its log: {visible(str(directory / PROVIDER_LOG_FILE))}"
+        )
+        flush()
+        faults_dir = directory
     from tui.app import run_dashboard
 
-    return run_dashboard(settings, workers=args.workers, read_only=args.read_only)
+    return run_dashboard(
+        settings, workers=args.workers, read_only=args.read_only, faults_dir=faults_dir
+    )
 
 
 def _run_race(args: argparse.Namespace, out: Output) -> int:
@@ -91,6 +107,12 @@ def _dashboard_arguments(parser: argparse.ArgumentParser) -> None:
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "directory", nargs="?", default=DEMO_DIR, help=f"where (default ./{DEMO_DIR})"
+    )
+    parser.add_argument(
+        "--faults",
+        action="store_true",
+        help="embed through the demo provider run as a child process that loses and "
+        "cuts short some replies (provider serve --lose-reply 0.3 --truncate 0.1)",
     )
     _dashboard_options(parser, top_level=False)
 

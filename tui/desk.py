@@ -8,7 +8,7 @@ makes the type checker prove that.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
     from core import Operator, Reads, WorkerView
+    from core.ledger import ProviderLedger, ProviderReview
+    from core.states import RequestState
     from tui.mirror import LedgerMirror
     from tui.workforce import Workforce
 
@@ -23,9 +25,10 @@ if TYPE_CHECKING:
 class Desk(Protocol):
     """The dashboard as its screens see it.
 
-    ``operator`` and ``workforce`` are None in read-only mode: ask
-    :func:`tui.policy.operator_for` / :func:`tui.policy.workforce_for` for them, which
-    say the refusal when they are missing.
+    ``operator``, ``provider_review`` and ``workforce`` are None in read-only mode:
+    ask :func:`tui.policy.operator_for` / :func:`tui.policy.review_for` /
+    :func:`tui.policy.workforce_for` for them, which say the refusal when they are
+    missing.
     """
 
     @property
@@ -36,6 +39,16 @@ class Desk(Protocol):
     @property
     def operator(self) -> Operator | None:
         """The ledger's operator role; None in read-only mode."""
+        ...
+
+    @property
+    def providers(self) -> ProviderLedger:
+        """The provider ledger's reads: a task's requests, counts, the review list."""
+        ...
+
+    @property
+    def provider_review(self) -> ProviderReview | None:
+        """A person's decisions on provider requests; None in read-only mode."""
         ...
 
     @property
@@ -71,6 +84,11 @@ class Desk(Protocol):
     @property
     def ledger_workers(self) -> Sequence[WorkerView]:
         """Workers the ledger has seen (read every few seconds by the poller)."""
+        ...
+
+    @property
+    def provider_counts(self) -> Mapping[RequestState, int]:
+        """Provider requests by state (read as often as the worker registry)."""
         ...
 
     def poll_soon(self) -> None:

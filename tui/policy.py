@@ -1,9 +1,10 @@
 """Which actions may run: in read-only mode, none that changes the ledger.
 
 Read-only is a missing object, not a flag checked in every handler: a read-only desk
-has no :class:`~core.Operator` and no :class:`~tui.workforce.Workforce`. Code that
-changes the ledger asks :func:`operator_for` or :func:`workforce_for` for them; the
-answer may be None, so the type checker makes every caller handle "not here", and the
+has no :class:`~core.Operator`, no :class:`~core.ledger.ProviderReview` and no
+:class:`~tui.workforce.Workforce`. Code that changes the ledger asks
+:func:`operator_for`, :func:`review_for` or :func:`workforce_for` for them; the answer
+may be None, so the type checker makes every caller handle "not here", and the
 refusal is said here, once, in one wording.
 """
 
@@ -16,6 +17,7 @@ from textual.binding import Binding, BindingType
 
 if TYPE_CHECKING:
     from core import Operator
+    from core.ledger import ProviderReview
     from tui.desk import Desk
     from tui.workforce import Workforce
 
@@ -30,7 +32,12 @@ CHANGING_ACTIONS: dict[str, str] = {
     "remove_worker": "stop workers",
     "toggle_pause": "pause workers",
     "race": "run a claim race (it submits a task)",
+    "resend": "resend provider requests",
+    "mark_failed": "mark provider requests failed",
 }
+# The changing actions that are a person's decision on provider requests: they need
+# the desk's provider review, not its operator.
+REVIEW_ACTIONS = frozenset({"resend", "mark_failed"})
 REFUSAL_TITLE = "read-only"
 
 
@@ -42,7 +49,11 @@ def refusal(action: str) -> str:
 def allows(desk: Desk, action: str) -> bool:
     """Whether ``action`` may run on ``desk``; what may not is hidden from the footer
     and the command palette, and refused when its key is pressed."""
-    return action not in CHANGING_ACTIONS or desk.operator is not None
+    if action not in CHANGING_ACTIONS:
+        return True
+    if action in REVIEW_ACTIONS:
+        return desk.provider_review is not None
+    return desk.operator is not None
 
 
 def refuse(desk: Desk, action: str) -> None:
@@ -56,6 +67,15 @@ def operator_for(desk: Desk, action: str) -> Operator | None:
     if operator is None:
         refuse(desk, action)
     return operator
+
+
+def review_for(desk: Desk, action: str) -> ProviderReview | None:
+    """The desk's provider review for ``action``, or None after refusing it
+    (read-only)."""
+    review = desk.provider_review
+    if review is None:
+        refuse(desk, action)
+    return review
 
 
 def workforce_for(desk: Desk, action: str) -> Workforce | None:

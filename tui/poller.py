@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core import TaskStatus, TaskView, WorkerView
+from core.states import RequestState
 from tui.format import failure_line
 from tui.messages import LedgerChanged
 from tui.mirror import status_at
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from textual.worker import Worker as TextualWorker
 
     from core import Reads, WorkerRegistry
+    from core.ledger import ProviderLedger
     from tui.mirror import LedgerMirror
 
 POLL_INTERVAL_S = 0.5  # seconds between the end of one poll and the start of the next
@@ -38,7 +40,8 @@ BASELINE_TRIES = 5  # attempts at reading counts while no revision moves
 RUNNING_LOAD_MAX = 500  # running tasks read at start
 RESOLVE_PER_POLL = 25  # old tasks whose previous status is looked up per poll
 RECONCILE_EVERY_S = 30.0  # seconds between count re-reads while the ledger is quiet
-LEDGER_WORKERS_EVERY_S = 5.0  # seconds between reads of the worker registry
+# Seconds between reads of the worker registry and of the provider requests' counts.
+LEDGER_WORKERS_EVERY_S = 5.0
 
 
 def _no_activity() -> list[str]:
@@ -58,6 +61,8 @@ class Poller:
         reads: The ledger's read role.
         registry: The ledger's worker registry.
         mirror: The mirror to keep current.
+        providers: The provider ledger, whose counts per request state are read as
+            often as the worker registry (None: not read).
         clock: Clock for what is shown (tests freeze it).
         interval_s: Seconds between polls.
         activity: Worker log lines since the last poll, handed on with each poll.
@@ -71,6 +76,7 @@ class Poller:
         registry: WorkerRegistry,
         mirror: LedgerMirror,
         *,
+        providers: ProviderLedger | None = None,
         clock: Callable[[], float],
         interval_s: float = POLL_INTERVAL_S,
         activity: Callable[[], list[str]] = _no_activity,
@@ -80,11 +86,13 @@ class Poller:
         self.reads = reads
         self.registry = registry
         self.mirror = mirror
+        self.providers = providers
         self.clock = clock
         self.interval_s = interval_s
         self.activity = activity
         self.on_baseline = on_baseline
         self.ledger_workers: list[WorkerView] = []
+        self.provider_counts: dict[RequestState, int] = dict.fromkeys(RequestState, 0)
         self.baseline_taken = False
         self.polls = 0  # polls run, for bench.dashboard
         self._timer: Timer | None = None
@@ -111,7 +119,12 @@ class Poller:
             self._timer.stop()
 
     def poll_soon(self) -> None:
-        """Poll now instead of at the next tick (after an action), never twice at once."""
+        """Poll now instead of at the next tick (after an action), never twice at once.
+
+        The slow reads (workers, provider counts) are due at once too: an action is
+        a person's, rare, and may have changed them (a review decision does).
+        """
+        self._workers_read_at = float("-inf")
         if self._polling:
             self._again = True
             return
@@ -198,6 +211,10 @@ class Poller:
         tick = time.monotonic()
         if tick - self._workers_read_at >= LEDGER_WORKERS_EVERY_S:
             self.ledger_workers = await self.registry.workers()
+            # Provider requests change without any task changing (reconcile settles
+            # them), so the revision feed cannot tell; one GROUP BY now and then can.
+            if self.providers is not None:
+                self.provider_counts = await self.providers.counts()
             self._workers_read_at = tick
         if not changes and tick - self._reconciled_at >= RECONCILE_EVERY_S:
             counts = await reads.counts()

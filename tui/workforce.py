@@ -3,6 +3,10 @@
 Each worker is a :class:`core.Worker` run as a Textual worker of the app (so it
 outlives any screen), sharing one parser pool. Stopping a worker makes it hand its
 running tasks back to the queue before it returns; quitting waits for that.
+
+With a remote embedding provider every worker embeds through it (and reconciles its
+unknown requests); the provider belongs to whoever made it, who closes it after the
+workforce (see :mod:`tui.provider_process`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ if TYPE_CHECKING:
     from textual.worker import Worker as TextualWorker
 
     from core import Ledger
+    from core.ingest.providers import RemoteProvider
 
 ACTIVITY_LINES = 200  # worker log lines buffered between polls at most
 POOL_PROCESSES = 2  # parser processes shared by the in-process workers
@@ -35,6 +40,8 @@ class Workforce:
         prefix: Prefix of worker ids, distinct between dashboards.
         pool: Parser pool for the workers (default: one this workforce starts on
             first use and closes in :meth:`aclose`).
+        provider: Remote embedding provider the workers embed with (default: the
+            local embedder). Not closed here.
     """
 
     def __init__(
@@ -44,8 +51,10 @@ class Workforce:
         *,
         prefix: str,
         pool: ParserPool | None = None,
+        provider: RemoteProvider | None = None,
     ) -> None:
         self.ledger = ledger
+        self.provider = provider
         self.host = host
         self.prefix = prefix
         self.paused = False
@@ -90,7 +99,13 @@ class Workforce:
         """Start one more worker; returns its id."""
         worker_id = f"{self.prefix}-w{self._next}"
         self._next += 1
-        worker = Worker(self.ledger, worker_id, pool=self.pool, on_event=self._on_event)
+        worker = Worker(
+            self.ledger,
+            worker_id,
+            pool=self.pool,
+            embedder=self.provider,
+            on_event=self._on_event,
+        )
         if self.paused:
             worker.pause()
         runner = self.host.run_worker(
@@ -106,7 +121,14 @@ class Workforce:
     def racer(self, worker_id: str, on_event: Callable[[WorkerEvent], None]) -> Worker:
         """A worker outside this workforce (not registered in the ledger, not listed
         here) that shares its parser pool: for the claim race."""
-        return Worker(self.ledger, worker_id, pool=self.pool, on_event=on_event, register=False)
+        return Worker(
+            self.ledger,
+            worker_id,
+            pool=self.pool,
+            embedder=self.provider,
+            on_event=on_event,
+            register=False,
+        )
 
     def set_paused(self, paused: bool) -> None:
         """Pause (no new claims; running tasks finish) or resume every worker."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import pytest
 from textual.pilot import Pilot
 
 from core import ChunkRecord, ErrorCode, Ledger, Settings, Stage, TaskView, sqlite_url
+from core.states import RequestState
 from tests.conftest import FakeClock
 
 APP_SIZE = (160, 50)  # columns, rows of every test terminal
@@ -109,6 +110,52 @@ async def seed_states(seeded: Seeded) -> Seeded:
     return seeded
 
 
+LOST_REPLY = "sent; the reply was lost"
+NO_RECORD = "looked up: the provider has no record of it; resending needs a person"
+
+
+def request_key_for(name: str, n: int) -> str:
+    """A request key as the workers make them (64 hex), distinct per task and call."""
+    return hashlib.sha256(f"{name}/{n}".encode()).hexdigest()
+
+
+async def seed_provider_requests(
+    seeded: Seeded,
+    name: str,
+    states: Sequence[RequestState],
+    *,
+    fail_with: ErrorCode | None = None,
+) -> tuple[str, list[str]]:
+    """A task of its own that sent one provider request per entry of ``states`` and
+    left each there, through the ledger's roles as a worker and reconcile would: the
+    task is claimed with ``claim_next`` (so the ledger must have nothing else
+    claimable), each request's intent recorded, then settled; with ``fail_with``
+    the attempt then fails with that code. Returns the task id and request keys."""
+    ledger = seeded.ledger
+    task = await submit(seeded, name)
+    (claim,) = await ledger.queue.claim_next("w9")
+    assert claim.task_id == task.task_id, "something else was claimable"
+    await ledger.queue.report_progress(claim, Stage.EMBEDDING, 0, len(states))
+    keys: list[str] = []
+    for n, state in enumerate(states):
+        key = request_key_for(name, n)
+        answer = await ledger.providers.intend(
+            claim, key, provider="demo-provider", model="m1", endpoint="http://p", texts=4
+        )
+        assert answer.intent.value == "send"
+        keys.append(key)
+        seeded.clock.advance(1)
+        if state is RequestState.UNKNOWN:
+            await ledger.providers.settle(key, RequestState.UNKNOWN, detail=LOST_REPLY)
+        else:
+            detail = NO_RECORD if state is RequestState.NEEDS_REVIEW else "reply verified"
+            await ledger.providers.settle(key, state, detail=detail)
+    if fail_with is not None:
+        await ledger.queue.fail(claim, fail_with, "provider request needs review")
+    seeded.clock.advance(30)
+    return task.task_id, keys
+
+
 def settings_for(tmp_path: Path) -> Settings:
     return Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
 
@@ -149,7 +196,29 @@ def seeded_sync(tmp_path: Path) -> Any:
     The ledger is built on a throwaway loop and closed; the app gets a second handle
     on the same (already migrated) database, whose connections open on its own loop.
     """
-    built = asyncio.run(open_seeded(tmp_path))
+    yield from _for_the_apps_loop(asyncio.run(open_seeded(tmp_path)))
+
+
+@pytest.fixture
+def review_sync(tmp_path: Path) -> Any:
+    """Like ``seeded_sync``, with one more failed task: its provider request waits
+    for review (``needs_review``), another of its requests is done."""
+
+    async def build() -> Seeded:
+        seeded = await open_seeded(tmp_path, states=False)
+        # First, while nothing else is claimable (the helper claims with claim_next).
+        await seed_provider_requests(
+            seeded,
+            "lost-reply.md",
+            [RequestState.DONE, RequestState.NEEDS_REVIEW],
+            fail_with=ErrorCode.NEEDS_REVIEW,
+        )
+        return await seed_states(seeded)
+
+    yield from _for_the_apps_loop(asyncio.run(build()))
+
+
+def _for_the_apps_loop(built: Seeded) -> Iterator[Seeded]:
     # A SQLite ledger's transactions run on its own threads, not on an event loop,
     # so the app can use the same handle on the loop it runs on.
     ledger = Ledger(

@@ -10,11 +10,13 @@ from typing import Any
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
+from core import ErrorCode, Stage
 from tests.tui.conftest import APP_SIZE, Seeded, wait_for
 from tui.app import IngestDeskApp
-from tui.screens.failures import FailuresScreen
+from tui.screens.failures import FailuresScreen, group_key
 from tui.screens.help import HelpScreen
 from tui.screens.task_detail import TaskDetailScreen
+from tui.widgets.counts import ProviderLine
 from tui.widgets.task_table import TaskTable
 
 SnapCompare = Any
@@ -74,6 +76,56 @@ def test_failures_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None
         await pilot.pause(SETTLE_S)
 
     assert snap_compare(snapshot_app(seeded_sync), terminal_size=APP_SIZE, run_before=run_before)
+
+
+def test_failures_screen_with_requests_waiting_for_review(
+    snap_compare: SnapCompare, review_sync: Seeded
+) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await review_group_loaded(pilot, review_sync)
+
+    assert snap_compare(snapshot_app(review_sync), terminal_size=APP_SIZE, run_before=run_before)
+
+
+def test_failures_screen_with_requests_waiting_for_review_80x24(
+    snap_compare: SnapCompare, review_sync: Seeded
+) -> None:
+    """The oldest waiting request only, so the group's tasks keep rows in view."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await review_group_loaded(pilot, review_sync)
+
+    assert snap_compare(snapshot_app(review_sync), terminal_size=SMALL_SIZE, run_before=run_before)
+
+
+def test_main_screen_with_provider_line_80x24(
+    snap_compare: SnapCompare, review_sync: Seeded
+) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await loaded(pilot, review_sync)
+        line = pilot.app.screen.query_one(ProviderLine)
+        await wait_for(pilot, lambda: line.display, what="the provider line")
+        await pilot.pause(SETTLE_S)
+
+    assert snap_compare(snapshot_app(review_sync), terminal_size=SMALL_SIZE, run_before=run_before)
+
+
+async def review_group_loaded(pilot: Pilot[Any], seeded: Seeded) -> None:
+    await loaded(pilot, seeded)
+    await pilot.press("f")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, FailuresScreen))
+    screen = pilot.app.screen
+    assert isinstance(screen, FailuresScreen)
+    review = group_key(ErrorCode.NEEDS_REVIEW, Stage.EMBEDDING)
+    groups = screen.query_one("#failure-groups", DataTable)
+    await wait_for(pilot, lambda: len(screen.groups) == 3)
+    groups.move_cursor(row=groups.get_row_index(review))
+    tasks = screen.query_one("#failure-tasks", DataTable)
+    await wait_for(
+        pilot,
+        lambda: screen.current_group == review and tasks.row_count == 1 and bool(screen.awaiting),
+    )
+    await pilot.pause(SETTLE_S)
 
 
 def test_detail_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:

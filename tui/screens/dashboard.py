@@ -27,7 +27,7 @@ from tui.filtering import TaskQuery, parse_query, status_query
 from tui.format import failure_line, plain
 from tui.messages import LedgerChanged
 from tui.mirror import THROUGHPUT_BUCKET_S, THROUGHPUT_BUCKETS
-from tui.widgets.counts import STATUS_KEYS, StatusCounts
+from tui.widgets.counts import STATUS_KEYS, ProviderLine, StatusCounts
 from tui.widgets.filter_bar import FilterBar
 from tui.widgets.running import RunningNow
 from tui.widgets.task_table import TaskTable
@@ -85,6 +85,7 @@ class DashboardScreen(Screen[None]):
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield StatusCounts(id="counts")
+                yield ProviderLine(id="provider-line")
                 yield TaskTable(
                     clock=desk.clock,
                     stall_after_s=desk.stall_after_s,
@@ -178,6 +179,7 @@ class DashboardScreen(Screen[None]):
             self._rows_refreshed_at = tick
         mirror = desk.mirror
         self.query_one(StatusCounts).update_counts(mirror.counts)
+        self.query_one(ProviderLine).update_counts(desk.provider_counts)
         self.query_one(Throughput).update_series(
             mirror.throughput(now), mirror.finished_within(now, 60)
         )

@@ -1,12 +1,17 @@
 """Failures: failed tasks grouped by error code then stage, with what each code
 means and what to do about it (the same table the README and ``ingestdesk errors``
-print). Enter on a group lists its tasks; enter on a task opens its detail."""
+print). Enter on a group lists its tasks; enter on a task opens its detail.
+
+In the ``needs_review`` group (a provider request whose outcome is unknown and of
+which the provider has no record) the advice lists the requests waiting for a
+person, and ``s`` / ``x`` decide for the selected task: resend, or mark failed."""
 
 from __future__ import annotations
 
 import time
 from typing import ClassVar
 
+from rich.console import Group, RenderableType
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -24,14 +29,22 @@ from core import (
     TaskView,
     visible,
 )
+from core.ledger import ProviderRequestView
 from tui import policy
 from tui.desk import Desk, desk_of
-from tui.format import clock_time, failure_line, shorten, when
+from tui.format import age, clock_time, failure_line, shorten, when
 from tui.messages import LedgerChanged
+from tui.screens.provider_review import waits_for_review
 
 GROUP_TASKS_MAX = 500  # tasks listed for one group
 RELOAD_AFTER_S = 1.0  # seconds between reloads while failures keep arriving
 MEANING_WIDTH = 70  # characters of an error code's meaning in the groups table
+# Requests waiting for review listed in the advice: enough to see what waits and for
+# how long, few enough that the tasks below keep rows in view. A terminal shorter than
+# REVIEW_ROOMY_ROWS (80x24) lists only the oldest: the tasks table lists them all.
+REVIEW_SHOWN_MAX = 3
+REVIEW_ROOMY_ROWS = 30
+REVIEW_ACTIONS = frozenset({"resend", "mark_failed"})
 
 
 def group_key(code: ErrorCode, stage: Stage) -> str:
@@ -45,6 +58,9 @@ class FailuresScreen(Screen[None]):
         Binding("escape", "back", "Back"),
         Binding("enter", "open", "Open"),
         Binding("r", "retry", "Retry task"),
+        # Shown only in the needs_review group (check_action).
+        Binding("s", "resend", "Resend", tooltip="Allow the task's provider requests again"),
+        Binding("x", "mark_failed", "Mark failed", tooltip="Give up on its provider requests"),
     ]
 
     def __init__(self) -> None:
@@ -52,6 +68,7 @@ class FailuresScreen(Screen[None]):
         self.groups: dict[str, FailureGroup] = {}
         self.tasks: dict[str, TaskView] = {}
         self.current_group: str | None = None
+        self.awaiting: list[ProviderRequestView] = []  # as of the last read
         self._loaded_at = float("-inf")  # monotonic
         self._stale = False
 
@@ -133,6 +150,14 @@ class FailuresScreen(Screen[None]):
             return
         changed = key != self.current_group
         self.current_group = key
+        if changed:
+            self.refresh_bindings()  # s and x belong to the needs_review group only
+        self._advise(group)
+        if group.error_code is ErrorCode.NEEDS_REVIEW:
+            self.load_awaiting(key)
+        self.load_tasks(group, reset_cursor=changed)
+
+    def _advise(self, group: FailureGroup) -> None:
         info = ERRORS[group.error_code]
         advice = Text()
         advice.append(f"{group.error_code.value}", style="bold")
@@ -145,8 +170,55 @@ class FailuresScreen(Screen[None]):
             else "\nnot retried automatically",
             style="italic",
         )
-        self.query_one("#failure-advice", Static).update(advice)
-        self.load_tasks(group, reset_cursor=changed)
+        shown: RenderableType = advice
+        if group.error_code is ErrorCode.NEEDS_REVIEW:
+            shown = Group(advice, *self._awaiting_lines())
+        self.query_one("#failure-advice", Static).update(shown)
+
+    def _awaiting_lines(self) -> list[Text]:
+        """The requests waiting for review, oldest first, one line each (cut at the
+        edge, never wrapped: the tasks table below must keep its room)."""
+        now = self.desk.clock()
+        waiting = self.awaiting
+        if not waiting:
+            return [Text("no provider request is waiting for review", style="dim")]
+        shown = REVIEW_SHOWN_MAX if self.size.height >= REVIEW_ROOMY_ROWS else 1
+        head = Text(f"waiting for review: {len(waiting)} request", style="bold")
+        if len(waiting) > 1:
+            head.append("s")
+        if len(waiting) > shown:
+            head.append(", oldest first (ingestdesk review lists all)", style="")
+        lines = [head]
+        for request in waiting[:shown]:
+            line = Text(no_wrap=True, overflow="ellipsis")
+            line.append(f"  {request.task_id[:8]} ")
+            name = request.document_name or (request.document_id or "")[:8]
+            line.append(shorten(visible(name), 24))
+            line.append(f"  waiting {age(now - request.updated_at)}", style="bold")
+            line.append(f"  request {request.request_key[:12]}")
+            if request.detail:
+                line.append(f"  {visible(request.detail)}", style="italic")
+            lines.append(line)
+        return lines
+
+    def on_resize(self) -> None:
+        # How many waiting requests fit depends on the height.
+        group = self.groups.get(self.current_group or "")
+        if group is not None:
+            self._advise(group)
+
+    @work(exclusive=True, group="failure-review", exit_on_error=False, description="load review")
+    async def load_awaiting(self, key: str) -> None:
+        try:
+            awaiting = await self.desk.providers.awaiting_review()
+        except Exception as exc:
+            self.notify(failure_line(exc), severity="error", title="cannot load the review list")
+            return
+        self.awaiting = awaiting
+        group = self.groups.get(key)
+        # The operator may have moved to another group while this was read.
+        if group is not None and self.current_group == key:
+            self._advise(group)
 
     @work(exclusive=True, group="failure-tasks", exit_on_error=False, description="load group")
     async def load_tasks(self, group: FailureGroup, reset_cursor: bool) -> None:
@@ -233,6 +305,40 @@ class FailuresScreen(Screen[None]):
 
         retry_task(self, operator, task)
 
+    def _task_for_review(self) -> TaskView | None:
+        task = self._selected_task()
+        if task is None:
+            self.notify("no failed task selected", severity="warning")
+            return None
+        if not waits_for_review(task):
+            self.notify(
+                "only a task whose provider request waits for review (needs_review) "
+                "can be resent or marked failed",
+                severity="warning",
+            )
+            return None
+        return task
+
+    def action_resend(self) -> None:
+        review = policy.review_for(self.desk, "resend")
+        if review is None:
+            return
+        task = self._task_for_review()
+        if task is not None:
+            from tui.screens.provider_review import request_resend
+
+            request_resend(self, review, task)
+
+    def action_mark_failed(self) -> None:
+        review = policy.review_for(self.desk, "mark_failed")
+        if review is None:
+            return
+        task = self._task_for_review()
+        if task is not None:
+            from tui.screens.provider_review import request_mark_failed
+
+            request_mark_failed(self, review, task)
+
     def action_back(self) -> None:
         if self.focused is self.query_one("#failure-tasks", DataTable):
             self.query_one("#failure-groups", DataTable).focus()
@@ -240,4 +346,9 @@ class FailuresScreen(Screen[None]):
         self.dismiss(None)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return policy.allows(self.desk, action)
+        if not policy.allows(self.desk, action):
+            return False
+        if action in REVIEW_ACTIONS:
+            group = self.groups.get(self.current_group or "")
+            return group is not None and group.error_code is ErrorCode.NEEDS_REVIEW
+        return True

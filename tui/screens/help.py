@@ -15,12 +15,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from core import ERRORS, PAIRED_DOCUMENT_STATUS, TASK_MEANING, DocumentStatus
+from core.states import DOCUMENT_MEANING
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("s", "submit files: type paths (→ completes), several at once; upload + submit"),
     ("c", "cancel the selected task (asks to confirm, takes a reason)"),
     ("r", "retry the selected failed task"),
     ("f", "failures grouped by error code and stage; enter drills down"),
+    ("s / x", "failures, needs_review task: resend / mark failed its requests"),
     ("enter", "detail of the selected task: fields, attempts, events, chunks"),
     ("/", "filter bar: words and field:value terms, ! negates; esc closes"),
     ("0 … 6", "show all, queued, running, retry_wait, failed, succeeded, cancelled"),
@@ -36,15 +38,6 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("esc", "back / close"),
     ("q", "quit: workers stop and hand their running tasks back to the queue"),
 )
-
-# What each document status means; the pairing with task statuses comes from core.
-DOCUMENT_MEANING: dict[DocumentStatus, str] = {
-    DocumentStatus.DRAFT: "uploaded (or its run was cancelled); may be submitted",
-    DocumentStatus.PROCESSING: "a task is queued, running or waiting to retry",
-    DocumentStatus.REVIEW_PENDING: "chunks are ready; a human decides to publish",
-    DocumentStatus.PUBLISHED: "approved: its chunks are searchable",
-    DocumentStatus.FAILED: "its task failed; retry the task or upload again",
-}
 
 TRANSITIONS = (
     "queued → running → succeeded | failed | retry_wait | cancelled;  "

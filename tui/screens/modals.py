@@ -1,4 +1,5 @@
-"""Small modal dialogs: confirm (with an optional reason for the audit log)."""
+"""Small modal dialogs: confirm (with a reason for the audit log, optional or
+required)."""
 
 from __future__ import annotations
 
@@ -23,27 +24,36 @@ class ConfirmScreen(ModalScreen[str | None]):
         body: What will happen, in plain words.
         confirm_label: The confirm button's label.
         ask_reason: Offer a reason Input (recorded in the audit log).
+        require_reason: The reason may not be empty: confirming without one says so
+            in the dialog and keeps it open (implies ``ask_reason``).
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
 
     def __init__(
-        self, title: str, body: str, *, confirm_label: str = "Confirm", ask_reason: bool = False
+        self,
+        title: str,
+        body: str,
+        *,
+        confirm_label: str = "Confirm",
+        ask_reason: bool = False,
+        require_reason: bool = False,
     ) -> None:
         super().__init__()
         self.title_text = title
         self.body = body
         self.confirm_label = confirm_label
-        self.ask_reason = ask_reason
+        self.ask_reason = ask_reason or require_reason
+        self.require_reason = require_reason
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.title_text, classes="dialog-title", markup=False)
             yield Static(self.body, classes="dialog-body", markup=False)
             if self.ask_reason:
-                yield PlainInput(
-                    placeholder="reason (optional, kept in the audit log)", id="reason"
-                )
+                need = "required" if self.require_reason else "optional"
+                yield PlainInput(placeholder=f"reason ({need}, kept in the audit log)", id="reason")
+                yield Label("", id="reason-missing", classes="dialog-error", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self.confirm_label, variant="error", id="confirm")
                 yield Button("Back", id="back")
@@ -59,12 +69,18 @@ class ConfirmScreen(ModalScreen[str | None]):
         return self.query_one("#reason", Input).value.strip() if self.ask_reason else ""
 
     @on(Input.Submitted, "#reason")
-    def _submitted(self) -> None:
-        self.dismiss(self._reason())
-
     @on(Button.Pressed, "#confirm")
     def _confirm(self) -> None:
-        self.dismiss(self._reason())
+        reason = self._reason()
+        if self.require_reason and not reason:
+            # Refused here, where the reason is typed, rather than by the ledger
+            # after the dialog has gone.
+            missing = self.query_one("#reason-missing", Label)
+            missing.update("a reason is required: say why (it is kept in the task's history)")
+            missing.add_class("-shown")
+            self.query_one("#reason", Input).focus()
+            return
+        self.dismiss(reason)
 
     @on(Button.Pressed, "#back")
     def action_back(self) -> None:

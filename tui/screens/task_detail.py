@@ -1,6 +1,7 @@
-"""Task detail: every field, the document's status, the attempt history from the
-ledger's event log (one row per attempt), every event with its actor and reason,
-and a preview of the first chunks.
+"""Task detail: every field, the document's status, the requests its attempts sent
+to a remote embedding provider, the attempt history from the ledger's event log (one
+row per attempt), every event with its actor and reason, and a preview of the first
+chunks.
 
 Everything here that came from a user or a document (names, worker ids, actors,
 reasons, error details, options, chunk text) is shown through :func:`core.visible`,
@@ -34,13 +35,30 @@ from core import (
     TaskView,
     visible,
 )
+from core.ledger import ProviderRequestView
+from core.states import RequestState
 from tui import policy
 from tui.desk import Desk, desk_of
 from tui.format import age, failure_line, plain, shorten, when
 from tui.messages import LedgerChanged
+from tui.widgets.counts import request_state_label
 
 CHUNK_PREVIEW = 5  # chunks shown
 CHUNK_PREVIEW_CHARS = 240  # characters of each chunk shown
+REQUEST_KEY_SHOWN = 12  # hex characters of a request key: enough to find it in the CLI
+# The order states are summed up in: the usual outcome first, then what needs watching.
+REQUEST_SUMMARY_ORDER: tuple[RequestState, ...] = (
+    RequestState.DONE,
+    RequestState.RECOVERED,
+    RequestState.UNKNOWN,
+    RequestState.NEEDS_REVIEW,
+    RequestState.FAILED,
+    RequestState.NOT_SENT,
+    RequestState.RESEND,
+)
+# States whose requests are listed one by one, with their key and last answer: the
+# outcome is not known, or a person has to decide.
+REQUEST_LISTED = frozenset({RequestState.UNKNOWN, RequestState.NEEDS_REVIEW})
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,34 @@ def attempts_from(history: Sequence[TaskEventView]) -> list[Attempt]:
     return found
 
 
+def requests_summary(requests: Sequence[ProviderRequestView]) -> str:
+    """``3 done, 1 recovered, 1 unknown``: how many requests are in each state."""
+    counts = dict.fromkeys(REQUEST_SUMMARY_ORDER, 0)
+    for request in requests:
+        counts[request.state] += 1
+    return ", ".join(f"{n} {request_state_label(state)}" for state, n in counts.items() if n)
+
+
+def request_rows(requests: Sequence[ProviderRequestView]) -> list[tuple[str, Text]]:
+    """The detail's rows for a task's provider requests: none for a task that sent
+    none (a local embedder), else the summary and one row per request whose outcome
+    is unknown or waits for a person."""
+    if not requests:
+        return []
+    rows = [("provider requests", Text(requests_summary(requests)))]
+    for request in requests:
+        if request.state not in REQUEST_LISTED:
+            continue
+        line = Text(request_state_label(request.state), style="bold")
+        line.append(f"  try {request.attempt} · sends {request.sends}")
+        if request.lookups:
+            line.append(f" · look-ups {request.lookups}")
+        if request.detail:
+            line.append(f": {visible(request.detail)}")
+        rows.append((f"  request {request.request_key[:REQUEST_KEY_SHOWN]}", line))
+    return rows
+
+
 class TaskDetailScreen(Screen[None]):
     """All there is to know about one task."""
 
@@ -95,6 +141,7 @@ class TaskDetailScreen(Screen[None]):
         super().__init__()
         self.task_id = task_id
         self.task_view: TaskView | None = None
+        self.requests: list[ProviderRequestView] = []
 
     @property
     def desk(self) -> Desk:
@@ -162,6 +209,11 @@ class TaskDetailScreen(Screen[None]):
             pass
         except Exception as exc:  # the task is still worth showing without them
             missing = f"cannot be read: {failure_line(exc)}"
+        try:
+            self.requests = await self.desk.providers.for_task(task.task_id)
+        except Exception as exc:  # the task is still worth showing without them
+            self.notify(failure_line(exc), severity="error", title="cannot load its requests")
+            self.requests = []
         self.task_view = task
         now = self.desk.clock()
         fields = self._fields(task, document, now, missing=missing)
@@ -204,6 +256,7 @@ class TaskDetailScreen(Screen[None]):
                 ("meaning", info.meaning),
                 ("what to do", info.advice),
             ]
+        rows += request_rows(self.requests)
         options = dict(task.options)
         key = options.pop("processing_key", None)
         reused_from = options.pop("reused_from", None)

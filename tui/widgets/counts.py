@@ -1,4 +1,6 @@
-"""Counts per task status, one box each, with the key that filters on it.
+"""Counts per task status, one box each, with the key that filters on it; and under
+them, once any request to a remote embedding provider exists, one line of the
+provider requests that need watching.
 
 A box shows its count in big digits under a border titled with its key and status;
 on a narrow screen (app.tcss) the same box is two plain lines, key and status above
@@ -11,9 +13,11 @@ from collections.abc import Mapping
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.content import Content
 from textual.widgets import Digits, Label, Static
 
 from core import TaskStatus
+from core.states import RequestState
 
 # The single keys that filter the table on a status; 0 shows every status.
 STATUS_KEYS: dict[str, TaskStatus | None] = {
@@ -75,3 +79,46 @@ class StatusCounts(Horizontal):
         False with ``status`` None: no filter at all, highlight "all")."""
         for box in self.query(StatusCount):
             box.set_class(box.status == status and (filtered or status is None), "-active")
+
+
+# The request states the provider line shows: those a person may have to watch or act
+# on. done (the usual case) only makes the line appear at all.
+PROVIDER_LINE_STATES: tuple[RequestState, ...] = (
+    RequestState.UNKNOWN,
+    RequestState.RECOVERED,
+    RequestState.NEEDS_REVIEW,
+)
+
+
+def request_state_label(state: RequestState) -> str:
+    """``needs review`` for ``needs_review``: a state as words in a sentence."""
+    return state.value.replace("_", " ")
+
+
+def provider_line(counts: Mapping[RequestState, int]) -> str | None:
+    """``provider: unknown 2 · recovered 1 · needs review 0``, or None while no
+    request to a remote provider exists (a local embedder: nothing to say)."""
+    if not any(counts.values()):
+        return None
+    parts = (f"{request_state_label(s)} {counts.get(s, 0)}" for s in PROVIDER_LINE_STATES)
+    return "provider: " + " · ".join(parts)
+
+
+class ProviderLine(Static):
+    """The provider requests' line; hidden until a request exists. ``-attention``
+    (app.tcss) while any waits for a person's review."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id)
+        self._shown: dict[RequestState, int] | None = None
+        self.display = False
+
+    def update_counts(self, counts: Mapping[RequestState, int]) -> None:
+        # Called on every poll; the counts change every few seconds at most.
+        if self._shown == counts:
+            return
+        self._shown = dict(counts)
+        line = provider_line(counts)
+        self.display = line is not None
+        self.update(Content(line or ""))
+        self.set_class(counts.get(RequestState.NEEDS_REVIEW, 0) > 0, "-attention")
