@@ -82,6 +82,13 @@ def _provider_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"floats per vector (default {DEFAULT_DIMENSIONS})",
     )
     serve.add_argument(
+        "--lose-request",
+        type=_probability,
+        default=0.0,
+        metavar="P",
+        help="probability that a submit is dropped before it is recorded (no reply either)",
+    )
+    serve.add_argument(
         "--lose-reply",
         type=_probability,
         default=0.0,
@@ -153,6 +160,7 @@ def run_provider(args: argparse.Namespace, out: Output) -> int:
     from core.demo_provider import Faults, ProviderServer, ProviderStore, StoreError
 
     faults = Faults(
+        lose_request=args.lose_request,
         lose_reply=args.lose_reply,
         fail_lookups=args.fail_lookups,
         unavailable=args.unavailable,

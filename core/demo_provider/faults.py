@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, replace
 
 MAX_SLOW_S = 3_600.0  # seconds: a longer stall is a typo, and would hold a thread that long
 MAX_SEED = 2**63 - 1
-PROBABILITIES = ("lose_reply", "truncate")
+PROBABILITIES = ("lose_request", "lose_reply", "truncate")
 SWITCHES = ("fail_lookups", "unavailable")
 
 
@@ -25,6 +25,9 @@ class Faults:
     """What the provider does wrong.
 
     Attributes:
+        lose_request: Probability that a submit's connection is closed before
+            anything is recorded (the request lost on its way in): the client cannot
+            tell this from a lost reply, and a look-up then says not found.
         lose_reply: Probability that a submit is committed as done, then its
             connection closed with no response bytes at all.
         fail_lookups: Look-ups and result fetches answer 503 ``lookup_unavailable``.
@@ -36,6 +39,7 @@ class Faults:
         seed: Seed of the random draws; None: a fresh one each start.
     """
 
+    lose_request: float = 0.0
     lose_reply: float = 0.0
     fail_lookups: bool = False
     unavailable: bool = False

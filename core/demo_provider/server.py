@@ -40,7 +40,15 @@ REQUEST_TIMEOUT_S = 30.0  # seconds a client gets to send its request before it 
 STOP_GRACE_S = 10.0  # seconds requests in flight get to finish on SIGTERM/SIGINT
 POLL_INTERVAL_S = 0.1  # seconds between serve_forever's looks at the stop flag
 SQLITE_BUSY_TIMEOUT_S = 10.0  # seconds: another process holding the database's lock
-COUNTERS = ("submits", "executions", "lookups", "fetches", "lost_replies", "truncated_replies")
+COUNTERS = (
+    "submits",
+    "executions",
+    "lookups",
+    "fetches",
+    "lost_requests",
+    "lost_replies",
+    "truncated_replies",
+)
 _KEY = re.compile(r"[0-9a-f]{64}")
 _KEY_PATH = re.compile(r"/v1/embeddings/([^/]*)(/result)?")
 
@@ -404,6 +412,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(503, {"error": "unavailable"})
             return
         key, texts = _submission(body)
+        if server.faults.hits(faults.lose_request):
+            store.count("lost_requests")
+            # Nothing recorded, nothing counted as a submit: the request never
+            # arrived, and the client sees a closed connection, as with a lost reply.
+            self.close_connection = True
+            return
         row, new = store.submit(key)
         if new:
             try:

@@ -339,6 +339,23 @@ async def test_a_crash_after_the_intent_and_before_sending_goes_to_review_not_re
     assert any(e.actor == "ana" and "resend approved" in (e.reason or "") for e in history)
 
 
+async def test_a_request_lost_on_its_way_in_is_not_found_and_waits_for_a_person(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider
+) -> None:
+    task_id = await submit(ledger, note(9), "lost-request.md")
+    provider.faults(lose_request=1.0)
+    await run_worker(ledger, pool, provider.url)
+    task = await ledger.reads.get_task(task_id)
+    assert task.error_code is ErrorCode.OUTCOME_UNKNOWN  # the worker cannot tell yet
+    provider.faults(lose_request=0.0)
+    decisions = await reconcile_now(ledger)
+    assert [(d.answer, d.state) for d in decisions] == [
+        (Answer.NOT_FOUND, RequestState.NEEDS_REVIEW)
+    ]
+    stats = provider.stats()
+    assert (stats["submits"], stats["lost_requests"]) == (0, 1)
+
+
 async def test_marking_a_reviewed_request_failed_keeps_it_from_being_sent(
     ledger: Ledger, pool: ParserPool, provider: DemoProvider, settings: Settings
 ) -> None:
