@@ -34,10 +34,7 @@ import contextlib
 import io
 import os
 import random
-import re
-import resource
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -50,7 +47,6 @@ from typing import Any
 
 from bench.common import (
     CpuTimes,
-    RSSMonitor,
     SqlCounts,
     SqliteTracer,
     Target,
@@ -65,7 +61,16 @@ from bench.common import (
     python_env,
     ratio,
 )
-from core import Ledger, Settings, TaskStatus, sqlite_url
+from bench.ingest_light import FULL_LIGHT, QUICK_LIGHT, run_light
+from bench.ingest_runs import (
+    WORKER_TIMEOUT_S,
+    Corpus,
+    copy_ledger,
+    run_workers,
+    settings_for,
+    submit_all,
+)
+from core import Ledger
 
 # --- tunables ---------------------------------------------------------------------------
 
@@ -73,7 +78,6 @@ CORPUS_SEED = 1_130  # fixed: the same corpus byte for byte on every run
 LINES_PER_PAGE = 50  # lines of text on a generated PDF page (~4.5 kB of text)
 WORDS_PER_LINE = 13
 MARKDOWN_PARAGRAPHS = 6  # paragraphs per Markdown note (~2 kB)
-WORKER_TIMEOUT_S = 1_800.0  # seconds a worker process may run before the bench gives up
 RSS_TARGET_MB = 150.0  # parser process peak RSS target, from the issue
 
 
@@ -91,17 +95,6 @@ QUICK = Plan(large_docs=20, large_pages=10, small_docs=150, sample_small=10, sam
 
 
 # --- corpora ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Corpus:
-    name: str
-    files: list[Path]
-    pages: int  # PDF pages, plus one per Markdown note
-
-    @property
-    def pdfs(self) -> list[Path]:
-        return [f for f in self.files if f.suffix == ".pdf"]
 
 
 def _vocabulary(rng: random.Random) -> list[str]:
@@ -222,178 +215,6 @@ class Bare:
         return min(self.runs)[2]
 
 
-def children_cpu_s() -> float:
-    """CPU seconds (user + system) of all waited-for descendants so far: the worker
-    processes and, through them, their parser processes."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-# --- ledgers ---------------------------------------------------------------------------
-
-
-def settings_for(db_path: Path, store: Path) -> Settings:
-    return Settings(db_url=sqlite_url(db_path), store_root=store)
-
-
-async def submit_all(db_path: Path, store: Path, files: Sequence[Path]) -> None:
-    """Upload and submit every file through the ledger API (set-up, untimed)."""
-    async with await Ledger.open(settings_for(db_path, store)) as ledger:
-        for path in files:
-            doc = await ledger.operator.upload_path(path)
-            await ledger.operator.submit(doc.document_id)
-
-
-def copy_ledger(src: Path, dst: Path) -> None:
-    """A consistent copy of a ledger file (SQLite's backup API, WAL included)."""
-    with sqlite3.connect(src) as source, sqlite3.connect(dst) as target:
-        source.backup(target)
-    source.close()
-    target.close()
-
-
-@dataclass
-class LedgerFacts:
-    succeeded: int
-    other: dict[str, int]
-    chunks: int
-    events: int
-    revision: int
-
-
-def ledger_facts(db_path: Path) -> LedgerFacts:
-    conn = sqlite3.connect(db_path)
-    try:
-        statuses = Counter(
-            dict(conn.execute("SELECT status, count(*) FROM ingestion_tasks GROUP BY status"))
-        )
-        chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-        events = conn.execute("SELECT count(*) FROM task_events").fetchone()[0]
-        revision = conn.execute("SELECT coalesce(max(revision), 0) FROM ingestion_tasks")
-        rev = revision.fetchone()[0]
-        failures = dict(
-            conn.execute(
-                "SELECT error_code || ': ' || coalesce(error_detail, ''), count(*) "
-                "FROM ingestion_tasks WHERE status != 'succeeded' GROUP BY 1"
-            )
-        )
-    finally:
-        conn.close()
-    succeeded = statuses.pop(TaskStatus.SUCCEEDED.value, 0)
-    other = {k: v for k, v in statuses.items() if v} | {
-        f"  {k}": v for k, v in failures.items() if k
-    }
-    return LedgerFacts(succeeded, other, chunks, events, rev)
-
-
-# --- worker processes ------------------------------------------------------------------
-
-
-@dataclass
-class WorkerRun:
-    label: str
-    processes: int
-    docs: int
-    pages: int
-    seconds: float
-    cpu_seconds: float  # workers and their parser processes together
-    machine_idle: float  # idle share of all the machine's CPUs during the run
-    claimed: list[int]  # tasks each worker process claimed, from its summary line
-    worker_mb: float
-    parser_mb: float
-    parsers_seen: int
-    before: LedgerFacts
-    after: LedgerFacts
-
-    @property
-    def ok(self) -> bool:
-        return self.after.succeeded == self.docs
-
-    @property
-    def pages_per_s(self) -> float:
-        return ratio(self.pages, self.seconds)
-
-    @property
-    def docs_per_s(self) -> float:
-        return ratio(self.docs, self.seconds)
-
-
-def run_workers(
-    label: str, template: Path, store: Path, run_dir: Path, processes: int, corpus: Corpus
-) -> WorkerRun:
-    """Copy the template ledger, start ``processes`` times ``ingestdesk worker --until-idle``
-    together and time them until the last one exits."""
-    run_dir.mkdir(parents=True)
-    db_path = run_dir / "ledger.db"
-    copy_ledger(template, db_path)
-    before = ledger_facts(db_path)
-    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
-    cpu, machine = children_cpu_s(), CpuTimes.now()
-    start = time.perf_counter()
-    for i in range(processes):
-        log = run_dir / f"worker-{i}.log"
-        with log.open("wb") as out:
-            procs.append(
-                (
-                    subprocess.Popen(
-                        [
-                            *ingestdesk_command(),
-                            "worker",
-                            "--until-idle",
-                            "--worker-id",
-                            f"bench-{label}-{i}",
-                            "--db",
-                            str(db_path),
-                            "--store",
-                            str(store),
-                        ],
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        env=python_env(),
-                    ),
-                    log,
-                )
-            )
-    try:
-        with RSSMonitor([p.pid for p, _ in procs]) as monitor:
-            for proc, _ in procs:
-                proc.wait(WORKER_TIMEOUT_S)
-        seconds = time.perf_counter() - start
-        idle = CpuTimes.now().idle_since(machine)
-    finally:
-        for proc, _ in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for proc, log in procs:
-        if proc.returncode != 0:
-            tail = log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"{label}: worker exited {proc.returncode}:\n{tail}")
-    after = ledger_facts(db_path)
-    peaks = monitor.result
-    return WorkerRun(
-        label=label,
-        processes=processes,
-        docs=len(corpus.files),
-        pages=corpus.pages,
-        seconds=seconds,
-        cpu_seconds=children_cpu_s() - cpu,
-        machine_idle=idle,
-        claimed=[_claimed(log) for _, log in procs],
-        worker_mb=peaks.peak_mb("worker"),
-        parser_mb=peaks.peak_mb("parser"),
-        parsers_seen=peaks.count("parser"),
-        before=before,
-        after=after,
-    )
-
-
-def _claimed(log: Path) -> int:
-    """Tasks a worker claimed, from its ``stopped: claimed=N`` summary line."""
-    found = re.findall(r"stopped: claimed=(\d+)", log.read_text(errors="replace"))
-    return int(found[-1]) if found else -1
-
-
 # --- in-process sample: transactions per task and where the time goes -----------------
 
 
@@ -462,6 +283,7 @@ async def run_sample(
     """Run ``files`` through an in-process Worker with every ledger call, parse and
     embed call timed and, given a tracer, every statement SQLite runs counted (which
     slows statements down: time a separate run without it)."""
+    from core.ingest.embedder import HashingEmbedder
     from core.ingest.parse_pool import ParserPool
     from core.ingest.worker import Worker
 
@@ -476,6 +298,7 @@ async def run_sample(
             pool.parse = _timed(trace, "parser pool parse", pool.parse)  # type: ignore[method-assign]
             worker = Worker(ledger, "bench-sample", pool=pool)
             embedder = worker.pipeline.embedder
+            assert isinstance(embedder, HashingEmbedder)
             embedder.embed = _timed(trace, "embedder", embedder.embed)  # type: ignore[method-assign]
             with tracer.recording() if tracer else contextlib.nullcontext(trace.sql) as sql:
                 start = time.perf_counter()
@@ -763,6 +586,12 @@ def run(plan: Plan, quick: bool, workdir: Path) -> None:
         breakdown,
     )
 
+    # --- light pages and pypdfium2, whole processes on both corpora
+    light_targets = run_light(
+        QUICK_LIGHT if quick else FULL_LIGHT, large, templates / "large.db", store, workdir
+    )
+    print(flush=True)
+
     # --- ratios and targets
     one_vs_bare = ratio(one.seconds, bare_large.seconds)
     one_vs_bare_cpu = ratio(one.cpu_seconds, bare_large.cpu_seconds)
@@ -818,6 +647,7 @@ def run(plan: Plan, quick: bool, workdir: Path) -> None:
             Target("small: pipeline / bare-parse docs/s", small_ratio, 0.5, ">="),
             Target("parser process peak RSS", parser_mb, RSS_TARGET_MB, "<", "mb"),
             Target("runs where a document did not succeed", failed, 0, "==", "count"),
+            *light_targets,
         ]
     )
     print(
