@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from core.api import documents, problems, service, tasks
+from core.api import documents, problems, service, tasks, versions
 from core.api.auth import Gate
 from core.config import Settings
 from core.ledger import Ledger
@@ -42,11 +42,13 @@ def create_app(settings: Settings) -> FastAPI:
         title=API_TITLE,
         version=API_VERSION,
         description="Upload documents, submit them for ingestion (202 at once), watch, "
-        "cancel, retry and publish. Errors are application/problem+json.",
+        "cancel, retry; upload new versions, review, publish, reject, withdraw, delete. "
+        "Errors are application/problem+json.",
         lifespan=lifespan,
     )
     problems.install(app)
     app.include_router(documents.router)
+    app.include_router(versions.router)
     app.include_router(tasks.router)
     app.include_router(service.router)
     return app

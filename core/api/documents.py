@@ -1,4 +1,5 @@
-"""``/api/documents``: upload, read, submit, publish, chunks."""
+"""``/api/documents``: upload (a new document, or the next version of one), read,
+submit, chunks. Versions, review decisions and deletion are :mod:`core.api.versions`."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 
-from core.api.auth import Operator, Publisher, Viewer
+from core.api.auth import Operator, Viewer
 from core.api.context import ledger_of
+from core.api.problems import responses
 from core.api.uploads import read_upload
+from core.errors import BadInput
 
 router = APIRouter(prefix="/api/documents", tags=["documents"])
 
@@ -24,7 +27,16 @@ IdempotencyKey = Annotated[
 @router.post(
     "",
     status_code=201,
-    summary="Upload a document as a draft",
+    summary="Upload a document, or the next version of one, as a draft",
+    responses=responses(
+        {
+            404: "replaces names no document",
+            409: "a version of the document replaced is processing",
+            413: "the file is over the upload limit",
+            415: "not multipart/form-data",
+            422: "not a document ingestdesk reads, or a malformed form",
+        }
+    ),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -36,6 +48,12 @@ IdempotencyKey = Annotated[
                         "properties": {
                             "file": {"type": "string", "format": "binary"},
                             "name": {"type": "string"},
+                            "replaces": {
+                                "type": "string",
+                                "description": "a document's id: the upload becomes "
+                                "its next version (a draft; search keeps finding the "
+                                "published version until this one is published)",
+                            },
                         },
                     }
                 }
@@ -47,13 +65,22 @@ async def upload(
     request: Request, response: Response, caller: Operator, key: IdempotencyKey = None
 ) -> dict[str, Any]:
     """The file (form field ``file``, optional ``name``) is judged by its content and
-    streamed in with the size cap checked as it arrives; 201 with the draft. With an
-    ``Idempotency-Key``, a repeat answers 200 with the first draft and adds nothing."""
+    streamed in with the size cap checked as it arrives; 201 with the draft. With
+    ``replaces`` (a document's id) it is that document's next version: unpublished
+    candidates nobody is processing are superseded. With an ``Idempotency-Key``, a
+    repeat answers 200 with the first draft and adds nothing (not with ``replaces``)."""
     ledger = ledger_of(request)
     sent = await read_upload(request, ledger.settings.max_upload_bytes)
     name = sent.name or sent.filename or "upload"
-    if key is None:
-        document = await ledger.operator.upload(sent.data, name)
+    if sent.replaces is not None:
+        if key is not None:
+            raise BadInput("an Idempotency-Key cannot be used with replaces (not supported yet)")
+        document = await ledger.versions.replace(sent.replaces, sent.data, name, actor=caller.name)
+    elif key is None:
+        # add_many, not upload: the token's name is the actor in the history.
+        [(document, _)] = await ledger.operator.add_many(
+            [(sent.data, name)], submit=False, actor=caller.name
+        )
     else:
         once = await ledger.operator.add_once(
             sent.data, name, key=key, submit=False, actor=caller.name
@@ -96,12 +123,6 @@ def replayed(response: Response, replay: bool) -> None:
     if replay:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
-
-
-@router.post("/{document_id}/publish", summary="Publish a reviewed document")
-async def publish(request: Request, document_id: str, caller: Publisher) -> dict[str, Any]:
-    document = await ledger_of(request).versions.publish(document_id, actor=caller.name)
-    return document.to_dict()
 
 
 @router.get("/{document_id}/chunks", summary="A document's chunks")

@@ -10,6 +10,8 @@ a traceback, a path or SQL: anything unexpected is a bare 500.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -65,6 +67,30 @@ KIND_OF_STATUS = {
     422: "BadInput",
     503: "LedgerUnavailable",
 }
+
+
+# The body of every error, for the OpenAPI document.
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "Problem",
+    "required": ["type", "title", "status", "detail", "kind"],
+    "properties": {
+        "type": {"type": "string", "example": "urn:ingestdesk:problem:Conflict"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string", "description": "one line: the CLI's message"},
+        "kind": {"type": "string", "description": "the CLI's error kind under --json"},
+    },
+}
+
+
+def responses(described: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
+    """An endpoint's OpenAPI ``responses`` for the errors it may answer, each as
+    problem+json: ``{409: "why", …}``."""
+    return {
+        status: {"description": why, "content": {PROBLEM_JSON: {"schema": PROBLEM_SCHEMA}}}
+        for status, why in described.items()
+    }
 
 
 class ApiProblem(Exception):

@@ -96,5 +96,8 @@ async def search(
     q: Annotated[str, Query(min_length=1, description="words to look for")],
     limit: Annotated[int, Query(ge=1, le=SEARCH_MAX)] = 20,
 ) -> list[dict[str, Any]]:
+    """Best first. Each hit names its version (``family_id``, ``version_no``; at most
+    one version of a document is published, so one version's chunks), its ``score``
+    (higher is better) and a ``snippet`` with the matched words marked ``**so**``."""
     hits = await ledger_of(request).reads.search(q, limit=limit)
     return [h.to_dict() for h in hits]

@@ -18,8 +18,8 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from core.api.problems import ApiProblem
 
 FORM_OVERHEAD_BYTES = 64 * 1024  # room for the multipart framing and the small fields
-FIELD_MAX_BYTES = 4096  # bytes of a non-file field (the name)
-PARTS_MAX = 16  # parts of a form at most (it needs two: file and name)
+FIELD_MAX_BYTES = 4096  # bytes of a non-file field (name, replaces)
+PARTS_MAX = 16  # parts of a form at most (it needs three: file, name, replaces)
 
 
 @dataclass
@@ -46,14 +46,23 @@ class Upload:
     data: bytes
     filename: str | None
     name: str | None
+    replaces: str | None = None  # the document this upload is the next version of
 
 
 def _too_large(max_bytes: int) -> ApiProblem:
     return ApiProblem(413, "BadInput", f"the file is over the upload limit of {max_bytes} bytes")
 
 
+def _text_field(parts: list[_Part], name: str) -> str | None:
+    """A small form field's text (the first of that name), or None when absent or blank."""
+    found = [p for p in parts if p.name == name]
+    text = bytes(found[0].data).decode("utf-8", "replace").strip() if found else ""
+    return text or None
+
+
 async def read_upload(request: Request, max_bytes: int) -> Upload:
-    """The ``file`` part (and the optional ``name`` field) of a multipart request."""
+    """The ``file`` part (and the optional ``name`` and ``replaces`` fields) of a
+    multipart request."""
     kind, options = parse_options_header(request.headers.get("content-type", ""))
     boundary = options.get(b"boundary")
     if kind != b"multipart/form-data" or not boundary:
@@ -130,6 +139,9 @@ async def read_upload(request: Request, max_bytes: int) -> Upload:
     files = [p for p in parts if p.name == "file"]
     if len(files) != 1:
         raise ApiProblem(422, "BadInput", "send exactly one file in the form field 'file'")
-    names = [p for p in parts if p.name == "name"]
-    name = bytes(names[0].data).decode("utf-8", "replace").strip() if names else None
-    return Upload(bytes(files[0].data), files[0].filename, name or None)
+    return Upload(
+        bytes(files[0].data),
+        files[0].filename,
+        _text_field(parts, "name"),
+        _text_field(parts, "replaces"),
+    )

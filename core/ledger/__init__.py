@@ -88,7 +88,7 @@ class Ledger:
         self.operator = Operator(
             transactions, settings, ObjectStore(settings.store_root), self.reads, clock, ids
         )
-        self.versions = Versions(transactions, self.operator, clock, ids)
+        self.versions = Versions(transactions, self.operator, clock)
         self.registry = WorkerRegistry(transactions, clock)
         self.tokens = TokenRegistry(transactions, clock, ids)
         self.idempotency = IdempotencyKeys(transactions, clock)

@@ -65,21 +65,21 @@ class Operator:
 
     # ---------------------------------------------------------------- uploads
 
-    async def upload(self, data: bytes, name: str) -> DocumentView:
-        """Store the original and record a draft document.
+    async def upload(self, data: bytes, name: str, *, actor: str = "system") -> DocumentView:
+        """Store the original and record a draft document (``actor`` in its history).
 
         The object is written (and fsynced) before the row commits: an orphaned
         object is harmless, a row without its object is not.
         """
-        [(document, _)] = await self.add_many([(data, name)], submit=False)
+        [(document, _)] = await self.add_many([(data, name)], submit=False, actor=actor)
         return document
 
     async def upload_path(
-        self, path: str | os.PathLike[str], name: str | None = None
+        self, path: str | os.PathLike[str], name: str | None = None, *, actor: str = "system"
     ) -> DocumentView:
         """Upload a file from disk, refusing anything that is not a readable file."""
         data = await asyncio.to_thread(read_upload, Path(path), self.settings.max_upload_bytes)
-        return await self.upload(data, name or Path(path).name)
+        return await self.upload(data, name or Path(path).name, actor=actor)
 
     async def add_many(
         self,

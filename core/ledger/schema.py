@@ -59,6 +59,7 @@ class Base(DeclarativeBase):
 
 class Document(Base):
     __tablename__ = "documents"
+    __table_args__ = (UniqueConstraint("family_id", "version_no"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     # Display text only: never joined into a path.

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 from core.errors import BadInput, Conflict
 from core.ledger import rows
 from core.ledger.actions import REASON_MAX, Operator
-from core.ledger.schema import CHUNKS, DOCUMENTS, TASKS
+from core.ledger.schema import CHUNKS, DOCUMENTS, IDEMPOTENCY_KEYS, TASKS
 from core.ledger.transactions import Transactions
 from core.ledger.views import DocumentView
 from core.safe_text import check_identifier, neutralise
@@ -60,12 +60,10 @@ class Versions:
         transactions: Transactions,
         operator: Operator,
         clock: Callable[[], float],
-        ids: Callable[[], str],
     ) -> None:
         self._tx = transactions
         self._operator = operator
         self.clock = clock
-        self._ids = ids
 
     async def replace(
         self, document_id: str, data: bytes, name: str, *, actor: str = "system"
@@ -73,7 +71,9 @@ class Versions:
         """Upload ``data`` as the next version of the document ``document_id`` (any of
         its versions' ids) as a draft candidate. Search keeps finding the published
         version until this one is published. Unpublished candidates nobody is
-        processing are superseded (retired, in the history).
+        processing are superseded (retired, in the history). A version with a task
+        queued or running (``processing``) refuses it: that candidate would be
+        superseded under its worker.
 
         Raises:
             Conflict: a version of the document is processing (cancel its task first).
@@ -149,13 +149,31 @@ class Versions:
             if expected_version is not None:
                 statement = statement.where(D.version == expected_version)
             before = rows.document_row(conn, doc_id)
+            newer = conn.execute(
+                select(D.id, D.version_no)
+                .where(D.family_id == before.family_id)
+                .where(D.status == DocumentStatus.PUBLISHED.value)
+                .where(D.version_no > before.version_no)
+            ).first()
+            if newer is not None:
+                # Publishing an old version over a newer one would retire the newer
+                # one for good: going back is a new version (upload --replaces).
+                raise Conflict(
+                    f"document {doc_id[:8]} is version {before.version_no}; version "
+                    f"{newer.version_no} ({newer.id[:8]}) is published and newer: upload "
+                    "the old content as a new version to go back"
+                )
             row = conn.execute(statement).first()
             if row is None:
                 raise Conflict(_why_not_publish(conn, before, expected_version))
+            # The version search found until now, and older withdrawn ones: all
+            # replaced by this one.
             for old in conn.execute(
                 select(DOCUMENTS)
                 .where(D.family_id == row.family_id)
-                .where(D.status == DocumentStatus.PUBLISHED.value)
+                .where(
+                    D.status.in_([DocumentStatus.PUBLISHED.value, DocumentStatus.WITHDRAWN.value])
+                )
                 .where(D.id != doc_id)
             ).all():
                 _retire(
@@ -211,7 +229,12 @@ class Versions:
     ) -> list[DocumentView]:
         """Remove a document — every version, with its chunks — unless one of its
         tasks is running. Its queued tasks then fail with ``document_not_found`` when
-        a worker claims them; the history stays. Returns the versions removed."""
+        a worker claims them; the history stays, and idempotency keys that named it
+        are forgotten (a repeat then adds the document anew instead of answering
+        with a row that is gone). Returns the versions removed.
+
+        Unlike :meth:`replace`, a queued task does not block a delete: the issue's
+        contract is that such tasks fail ``document_not_found``."""
         check_identifier(actor, "actor")
         why = _reason(reason)
         now = self.clock()
@@ -232,6 +255,7 @@ class Versions:
                 )
             _delete_chunks(conn, ids)
             conn.execute(delete(DOCUMENTS).where(D.id.in_(ids)))
+            conn.execute(delete(IDEMPOTENCY_KEYS).where(IDEMPOTENCY_KEYS.c.document_id.in_(ids)))
             for v in family:
                 rows.record_document_event(
                     conn,

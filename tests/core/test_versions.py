@@ -170,6 +170,34 @@ async def test_withdraw_takes_it_out_of_search_and_it_may_be_published_again(
     assert markers(await ledger.reads.search(WORD)) == {"alpha"}
 
 
+async def test_an_old_withdrawn_version_cannot_be_published_over_a_newer_one(
+    ledger: Ledger,
+) -> None:
+    v1 = await published_doc(ledger)
+    await ledger.versions.withdraw(v1.document_id, actor="pat", reason="outdated")
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    await ledger.versions.publish(v2.document_id)
+    # Publishing v2 retired the withdrawn v1 too: one published version, no strays.
+    assert (await ledger.reads.get_document(v1.document_id)).status is DocumentStatus.RETIRED
+    v3 = await candidate(ledger, v1.document_id, "gamma")
+    await ledger.versions.publish(v3.document_id)
+    await ledger.versions.withdraw(v3.document_id, actor="pat", reason="oops")
+    v4 = await candidate(ledger, v1.document_id, "delta")
+    await ledger.versions.publish(v4.document_id)
+    with pytest.raises(Conflict, match="version 4 .* is published and newer"):
+        await ledger.versions.publish(v3.document_id)
+    assert markers(await ledger.reads.search(WORD)) == {"delta"}
+
+
+async def test_deleting_forgets_idempotency_keys_that_named_the_document(ledger: Ledger) -> None:
+    first = await ledger.operator.add_once(b"lighthouse\n", "k.md", key="k-1", submit=False)
+    (doc, _) = first.value
+    await ledger.versions.delete(doc.document_id, actor="pat")
+    again = await ledger.operator.add_once(b"lighthouse\n", "k.md", key="k-1", submit=False)
+    assert not again.replayed
+    assert again.value[0].document_id != doc.document_id
+
+
 async def test_a_new_version_supersedes_waiting_candidates_but_not_a_processing_one(
     ledger: Ledger,
 ) -> None:

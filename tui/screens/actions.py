@@ -147,7 +147,7 @@ async def _submit(desk: Desk, operator: Operator, paths: list[Path]) -> None:
     refused: list[str] = []
     for path in paths:
         try:
-            document = await operator.upload_path(path)
+            document = await operator.upload_path(path, actor=desk.actor)
             await operator.submit(document.document_id, actor=desk.actor)
         except IngestDeskError as exc:
             refused.append(failure_line(exc))  # one line per file, whatever it quotes

@@ -110,7 +110,9 @@ class RaceScreen(Screen[None]):
             "Two workers reach for this note at the same moment; one of them gets it.\n"
         )
         try:
-            document = await operator.upload(body.encode(), f"claim-race-{self.round}.md")
+            document = await operator.upload(
+                body.encode(), f"claim-race-{self.round}.md", actor=desk.actor
+            )
             task = await operator.submit(document.document_id, actor=desk.actor)
         except Exception as exc:  # the ledger's refusal, or the store or database failing
             result.update(f"could not submit the race task: {failure_line(exc)}")

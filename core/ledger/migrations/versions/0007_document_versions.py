@@ -30,6 +30,10 @@ def upgrade() -> None:
     with op.batch_alter_table("documents", schema=None) as batch_op:
         batch_op.alter_column("family_id", existing_type=sa.String(length=32), nullable=False)
         batch_op.create_index(batch_op.f("ix_documents_family_id"), ["family_id"], unique=False)
+        # Two versions of one document never share a number, whatever a writer does.
+        batch_op.create_unique_constraint(
+            batch_op.f("uq_documents_family_id"), ["family_id", "version_no"]
+        )
     op.create_table(
         "document_events",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
