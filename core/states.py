@@ -1,8 +1,10 @@
 """The two state machines: the task ("how far did this execution get") and the
 document ("may this version be searched"), plus stages and stable error codes.
 
-The pairing table is the product spec; every ledger write keeps the pair on one of
-its rows, and the property test in ``tests/core/test_state_property.py`` checks it.
+The pairing table is the product spec; every ledger write of a task keeps the pair
+on one of its rows, and the property test in ``tests/core/test_state_property.py``
+checks it. A person's decisions on a succeeded version (publish, reject, withdraw)
+and its retirement by a newer one move the document alone (see the table's comment).
 """
 
 from __future__ import annotations
@@ -103,9 +105,13 @@ class Role(StrEnum):
         return order.index(self) >= order.index(needed)
 
 
-# Each task status and the document status that must accompany it: a document is
-# always in the status this table pairs with its current task (an older, cancelled
-# task of a re-submitted document no longer speaks for it).
+# Each task status and the document status that must accompany it while the task is
+# the document's current one: every ledger write of a task keeps the pair (an older,
+# cancelled task of a re-submitted document no longer speaks for it). Once a task has
+# succeeded, a person's decisions move the document on by themselves — publish,
+# reject (back to draft), withdraw, retire (a newer version published) — and the
+# task keeps its succeeded: it says how far that execution got, not whether the
+# version is searchable.
 PAIRED_DOCUMENT_STATUS: dict[TaskStatus, DocumentStatus] = {
     TaskStatus.QUEUED: DocumentStatus.PROCESSING,
     TaskStatus.RUNNING: DocumentStatus.PROCESSING,

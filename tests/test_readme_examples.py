@@ -411,6 +411,76 @@ def test_every_cli_reference_row_does_what_it_says(
     (chunk,) = ok(run("chunks", doc_a[:8])).lines
     assert chunk.split()[0] == "0" and "reaper requeued" in chunk
 
+    # document DOC_ID: ... then every version of the document and its history
+    shown_a = value("document", doc_a[:8])
+    assert [(v["version_no"], v["status"]) for v in shown_a["versions"]] == [(1, "published")]
+    assert [(e["action"], e["to_status"]) for e in shown_a["history"]] == [
+        ("upload", "draft"),
+        ("publish", "published"),
+    ]
+    assert "history:" in ok(run("document", doc_a[:8])).stdout
+
+    # upload --replaces DOC_ID FILE [--name NAME]: the next version, a draft; search keeps
+    # finding the published version until this one is published
+    (tmp_path / "a2.txt").write_bytes(b"Revised report: the reaper requeued ten tasks.\n")
+    (v2,) = value("upload", "--replaces", doc_a[:8], "a2.txt", "--name", "a.txt")
+    assert (v2["family_id"], v2["version_no"], v2["status"]) == (doc_a, 2, "draft")
+    assert run("upload", "--replaces", doc_a, "a2.txt", "--idempotency-key", "k").code == 2
+    assert value("submit", v2["document_id"])["status"] == "queued"
+    ok(run("worker", "--until-idle"))
+    assert value("document", v2["document_id"])["status"] == "review_pending"
+    assert [(h["family_id"], h["version_no"]) for h in value("search", "reaper")] == [(doc_a, 1)]
+
+    # publish DOC_ID [--expect-version N] [--reason R]: the old version retired with it;
+    # a row version that changed since is refused (exit 3)
+    row = value("document", v2["document_id"])["version"]
+    stale = run("publish", v2["document_id"], "--expect-version", str(row - 1))
+    assert stale.code == 3 and f"changed since you looked: now version {row}" in stale.stderr
+    assert value("document", v2["document_id"])["status"] == "review_pending"
+    published = value(
+        "publish", v2["document_id"][:8], "--expect-version", str(row), "--reason", "revised"
+    )
+    assert (published["status"], published["version_no"]) == ("published", 2)
+    assert value("document", doc_a)["status"] == "retired"
+    # search QUERY [--limit K] [--all]: now the new version only, with version and snippet
+    assert [(h["family_id"], h["version_no"]) for h in value("search", "reaper")] == [(doc_a, 2)]
+    (line,) = ok(run("search", "reaper", "--limit", "5")).lines
+    assert line.startswith(f"{doc_a[:8]}  v2 ") and "**reaper**" in line and "ten tasks" in line
+
+    # withdraw DOC_ID --reason R: out of search; publish puts it back
+    assert run("withdraw", v2["document_id"]).code == 2  # the reason is required
+    withdrawn = value("withdraw", v2["document_id"], "--reason", "wrong figures")
+    assert withdrawn["status"] == "withdrawn"
+    assert value("search", "reaper") == []
+    assert value("publish", v2["document_id"])["status"] == "published"
+    assert [h["version_no"] for h in value("search", "reaper")] == [2]
+
+    # reject DOC_ID --reason R: a version waiting for review goes back to draft, chunks
+    # dropped; it can be submitted again
+    (tmp_path / "a3.txt").write_bytes(b"A third draft in which the reaper is renamed.\n")
+    (v3,) = value("upload", "--replaces", doc_a, "a3.txt")
+    value("submit", v3["document_id"])
+    ok(run("worker", "--until-idle"))
+    assert run("reject", v3["document_id"]).code == 2  # the reason is required
+    rejected = value("reject", v3["document_id"], "--reason", "renaming is out of scope")
+    assert (rejected["status"], value("chunks", v3["document_id"])) == ("draft", [])
+    assert [h["version_no"] for h in value("search", "reaper", "--all")] == [2]
+    history = value("document", v3["document_id"])["history"]
+    assert (history[-1]["action"], history[-1]["reason"]) == ("reject", "renaming is out of scope")
+    value("submit", v3["document_id"])
+    ok(run("worker", "--until-idle"))
+    assert value("document", v3["document_id"])["status"] == "review_pending"
+
+    # delete DOC_ID [--reason R]: every version and its chunks; the document is gone
+    deleted = value("delete", v3["document_id"][:8], "--reason", "superseded by policy")
+    assert [(v["version_no"], v["status"]) for v in deleted["deleted"]] == [
+        (1, "retired"),
+        (2, "published"),
+        (3, "review_pending"),
+    ]
+    assert run("document", doc_a).code == 4
+    assert value("search", "reaper", "--all") == []
+
     # errors: the error codes, what they mean, what to do
     errors = ok(run("errors")).stdout
     for code in ("parse_error", "empty_document", "lease_expired", "internal_error"):
@@ -429,13 +499,20 @@ def test_every_cli_reference_row_does_what_it_says(
     built = in_process(["ingestdesk", "demo", "demo-here"], tmp_path)
     assert built.code == 0 and "building a demo ledger in demo-here" in built.stdout
     assert (tmp_path / "demo-here" / DEMO_DB_FILE).is_file()
+    # demo --faults: the same, its workers embedding through a faulty demo provider
+    assert in_process(["ingestdesk", "demo", "demo-faults", "--faults"], tmp_path).code == 0
     # race: the claim-race demonstration in one screen
     assert in_process(["ingestdesk", "race"], tmp_path).code == 0
     covered |= {"dashboard", "demo", "race"}
     demo_ledger = sqlite_url(tmp_path / "demo-here" / DEMO_DB_FILE)
     assert [(s, st.db_url, o) for s, st, o in screens.opened] == [
         ("dashboard", default_ledger(tmp_path), {"workers": 0, "read_only": True}),
-        ("dashboard", demo_ledger, {"workers": 2, "read_only": False}),
+        ("dashboard", demo_ledger, {"workers": 2, "read_only": False, "faults_dir": None}),
+        (
+            "dashboard",
+            sqlite_url(tmp_path / "demo-faults" / DEMO_DB_FILE),
+            {"workers": 2, "read_only": False, "faults_dir": tmp_path / "demo-faults"},
+        ),
         ("race", default_ledger(tmp_path), {}),
     ]
 

@@ -80,11 +80,12 @@ def _run_demo(args: argparse.Namespace, out: Output) -> int:
         from tui.provider_process import PROVIDER_LOG_FILE
 
         write_line(
-            "starting the demo provider with faults (lost and cut-short replies); "
+            "starting the demo provider with faults (lost requests and replies, cut-short "
+            "replies); "
             f"its log: {visible(str(directory / PROVIDER_LOG_FILE))}"
         )
         flush()
-        faults_dir = directory
+        faults_dir = directory.resolve()  # where the ledger is, whatever the cwd becomes
     from tui.app import run_dashboard
 
     return run_dashboard(

@@ -144,8 +144,9 @@ def task_line(t: TaskView) -> str:
 
 
 def document_line(d: DocumentView) -> str:
-    """One document on one line: id, status, kind, size, file name."""
+    """One document version on one line: id, version (``v2``), status, kind, size,
+    file name."""
     return (
-        f"{d.document_id[:8]}  {d.status.value:<14} {d.kind.value:<8} {d.size:>10}  "
-        f"{visible(d.filename)}"
+        f"{d.document_id[:8]}  v{d.version_no:<3} {d.status.value:<14} {d.kind.value:<8} "
+        f"{d.size:>10}  {visible(d.filename)}"
     )

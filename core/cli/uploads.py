@@ -1,4 +1,5 @@
-"""``upload`` and ``add``: a batch of files into the ledger, all or nothing.
+"""``upload`` and ``add``: a batch of files into the ledger, all or nothing; and
+``upload --replaces DOC_ID FILE``: one file as a document's next version.
 
 Every input is read (each with the upload cap enforced while reading) and judged
 before anything is written; then :meth:`~core.ledger.Operator.add_many` stores the
@@ -118,6 +119,7 @@ def batch_runner(*, submit: bool) -> Runner:
     """The runner of ``upload`` (``submit=False``) or ``add`` (``submit=True``)."""
 
     def run(args: argparse.Namespace, out: Output) -> int:
+        check_replaces(args)
         settings = settings_from_args(args)
         stdin = read_stdin_first(args, settings.max_upload_bytes)
         ids = IssuedIds(_new_id)
@@ -129,6 +131,27 @@ def batch_runner(*, submit: bool) -> Runner:
         return EXIT_OK
 
     return run
+
+
+def check_replaces(args: argparse.Namespace) -> None:
+    """``--replaces`` names one document's next version: exactly one FILE, and no
+    ``--idempotency-key``.
+
+    A key is refused, not ignored: the ledger keeps keys only for uploads and adds
+    (fingerprinted by content, not by the document replaced) and
+    :meth:`~core.ledger.Versions.replace` takes none, so an ignored key would let a
+    retried command make a new version (superseding the last) on every retry, which
+    is what the caller gave the key to prevent. Refused before anything is read.
+    """
+    if getattr(args, "replaces", None) is None:
+        return
+    if len(args.files) != 1:
+        raise BadInput("--replaces takes exactly one FILE: the document's next version")
+    if args.idempotency_key is not None:
+        raise BadInput(
+            "--replaces cannot be combined with --idempotency-key (a replacement is not "
+            "recorded under a key); check `ingestdesk document DOC_ID` before repeating it"
+        )
 
 
 def _new_id() -> str:
@@ -151,11 +174,23 @@ async def _add_batch(
     stop = threading.Event()
     ledger: Ledger | None = None
     try:
-        ledger = await Ledger.open(settings, ids=ids)
+        replaces: str | None = getattr(args, "replaces", None)
+        # A new version needs its document in an existing ledger: a mistyped --db is
+        # refused, not created.
+        ledger = await Ledger.open(settings, ids=ids, create=replaces is None)
+        if replaces is not None:
+            # Before the file is read (stdin excepted: see read_stdin_first): a
+            # mistyped id must not cost reading, and storing, up to the cap first.
+            await ledger.reads.get_document(replaces)
         max_bytes = ledger.settings.max_upload_bytes
         inputs = await asyncio.to_thread(read_inputs, args, max_bytes, stop, stdin)
         replayed = False
-        if args.idempotency_key is not None:
+        added: list[tuple[DocumentView, TaskView | None]]
+        if replaces is not None:
+            [(data, name)] = inputs
+            version = await ledger.versions.replace(replaces, data, name, actor=args.actor)
+            added = [(version, None)]
+        elif args.idempotency_key is not None:
             if len(inputs) != 1:
                 raise BadInput("--idempotency-key names one request: give exactly one file")
             [(data, name)] = inputs
@@ -172,16 +207,16 @@ async def _add_batch(
             # Closing waits for a transaction already handed to the database.
             await ledger.close()
             ledger = None
-        raise Interrupted(await _what_was_left(settings, ids, len(args.files))) from None
+        raise Interrupted(await _what_was_left(settings, ids, args)) from None
     finally:
         if ledger is not None:
             await ledger.close()
     _answer(out, added, submit=submit, replayed=replayed)
 
 
-async def _what_was_left(settings: Settings, ids: IssuedIds, files: int) -> str:
+async def _what_was_left(settings: Settings, ids: IssuedIds, args: argparse.Namespace) -> str:
     """What an interrupted batch left: nothing, or (interrupted during its commit)
-    the whole batch."""
+    the whole batch (for ``--replaces``, the new version)."""
     if not ids.issued:
         return NOTHING_ADDED
     from core.ledger import Ledger
@@ -193,8 +228,13 @@ async def _what_was_left(settings: Settings, ids: IssuedIds, files: int) -> str:
                 return NOTHING_ADDED
     except IngestDeskError:
         return UNSURE
+    if getattr(args, "replaces", None) is not None:
+        return (
+            "interrupted too late: the new version was already recorded "
+            f"(`ingestdesk document {args.replaces}` lists it)"
+        )
     return (
-        f"interrupted too late: the whole batch was already recorded ({files} "
+        f"interrupted too late: the whole batch was already recorded ({len(args.files)} "
         "documents added; `ingestdesk documents` lists them)"
     )
 
@@ -223,6 +263,13 @@ def _answer(
             [d.to_dict() for d, _ in added],
             [
                 f"uploaded document={d.document_id} kind={d.kind.value} name={d.filename}{again}"
+                + (
+                    # A new version names the document it belongs to, and which it is.
+                    f" family={d.family_id} version=v{d.version_no} (a draft: submit it, "
+                    "then publish it to replace what search finds)"
+                    if d.version_no > 1
+                    else ""
+                )
                 for d, _ in added
             ],
         )
@@ -253,11 +300,22 @@ def idempotency_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _upload(parser: argparse.ArgumentParser) -> None:
+    _files(parser)
+    parser.add_argument(
+        "--replaces",
+        metavar="DOC_ID",
+        help="store the one FILE as the next version of this document (any of its "
+        "versions' ids): a draft; search keeps finding the published version until "
+        "this one is published",
+    )
+
+
 UPLOAD = Command(
     "upload",
-    "store files as draft documents",
+    "store files as draft documents (--replaces: a document's next version)",
     batch_runner(submit=False),
-    _files,
+    _upload,
     interrupted=NOTHING_ADDED,
 )
 ADD = Command(

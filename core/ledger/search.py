@@ -106,7 +106,7 @@ def run_search(
             text=r.text,
             family_id=r.family_id,
             version_no=r.version_no,
-            score=round(float(r.score), 6),
+            score=float(f"{float(r.score):.6g}"),  # six significant digits: bm25 can be tiny
             snippet=r.snippet,
         )
         for r in conn.execute(stmt)

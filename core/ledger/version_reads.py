@@ -37,17 +37,18 @@ def history(conn: Connection, document_id: str) -> list[DocumentEventView]:
     """The document's history (every version's), oldest first. A deleted document's
     history is still there: ``document_id`` may then be its full id only."""
     try:
-        family = family_of(conn, document_id)
+        family, exists = family_of(conn, document_id), True
     except NotFound:
-        family = document_id.strip().lower()
+        family, exists = document_id.strip().lower(), False
     query = (
         select(DOCUMENT_EVENTS)
         .where(DOCUMENT_EVENTS.c.family_id == family)
         .order_by(DOCUMENT_EVENTS.c.at, DOCUMENT_EVENTS.c.id)
     )
     found = [DocumentEventView.from_row(r) for r in conn.execute(query)]
-    if not found:
+    if not found and not exists:
         raise NotFound(f"no document {document_id}")
+    # A document from before the history was kept (schema 0007) has none: empty.
     return found
 
 

@@ -184,7 +184,7 @@ async def test_an_old_withdrawn_version_cannot_be_published_over_a_newer_one(
     await ledger.versions.withdraw(v3.document_id, actor="pat", reason="oops")
     v4 = await candidate(ledger, v1.document_id, "delta")
     await ledger.versions.publish(v4.document_id)
-    with pytest.raises(Conflict, match="version 4 .* is published and newer"):
+    with pytest.raises(Conflict, match=r"version 4 .* is published and newer"):
         await ledger.versions.publish(v3.document_id)
     assert markers(await ledger.reads.search(WORD)) == {"delta"}
 
