@@ -4,9 +4,12 @@
 
 Builds a demo ledger in a temporary folder (``core.demo``), runs the app headlessly
 with two in-process workers parsing the demo corpus, drives it with Textual's Pilot
-and saves one SVG per screen: main, failures, detail, race and help, and the main
-screen once more in an 80x24 terminal (main-80x24: the narrow layout). With ``--png``
-(and cairosvg installed) a PNG of each is written too, for a quick look.
+and saves one SVG per screen: main, failures, detail, race, review-desk, search and
+help, and the main screen once more in an 80x24 terminal (main-80x24: the narrow
+layout). For the review desk most of what the demo processed is published and a
+second version of one note is put up for review, so the desk shows a diff and the
+search box finds published versions. With ``--png`` (and cairosvg installed) a PNG of
+each is written too, for a quick look.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import argparse
 import asyncio
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +26,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from textual.pilot import Pilot  # noqa: E402
+from textual.widgets import DataTable  # noqa: E402
 
-from core import Ledger, TaskStatus  # noqa: E402
+from core import DocumentStatus, Ledger, TaskStatus  # noqa: E402
 from core.demo import RETRY_DOCUMENT, build_demo_async  # noqa: E402
 from tui.app import IngestDeskApp  # noqa: E402
 from tui.screens.dashboard import DashboardScreen  # noqa: E402
 from tui.screens.failures import FailuresScreen  # noqa: E402
 from tui.screens.help import HelpScreen  # noqa: E402
 from tui.screens.race import RaceScreen  # noqa: E402
+from tui.screens.review_desk import ReviewDeskScreen  # noqa: E402
+from tui.screens.search import SearchScreen  # noqa: E402
 from tui.screens.task_detail import TaskDetailScreen  # noqa: E402
 from tui.widgets.task_columns import NARROW, WIDE  # noqa: E402
 from tui.widgets.task_table import TaskTable  # noqa: E402
@@ -39,6 +45,9 @@ SIZE = (160, 48)  # columns, rows
 SMALL_SIZE = (80, 24)  # the smallest terminal the dashboard is made for
 WAIT_S = 60.0  # seconds any one step may take
 SETTLE_S = 0.6  # seconds for a screen to finish painting before its picture
+EDITED = "changelog-excerpt.txt"  # the demo note that gets a second version
+STILL_WAITING = "scan-batch-"  # names of the versions left waiting for review
+SEARCHED = "weekly sync"  # in the titles of the weekly notes: ranked, two words marked
 
 
 async def until(pilot: Pilot[Any], predicate: Callable[[], bool], what: str) -> None:
@@ -50,10 +59,53 @@ async def until(pilot: Pilot[Any], predicate: Callable[[], bool], what: str) -> 
         await pilot.pause(0.05)
 
 
+async def until_true(pilot: Pilot[Any], check: Callable[[], Awaitable[bool]], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not await check():
+        if loop.time() > deadline:
+            raise SystemExit(f"screenshots: timed out waiting for {what}")
+        await pilot.pause(0.1)
+
+
+def second_version(text: str) -> str:
+    """The edited note: two lines reworded, one removed, one added."""
+    lines = text.split("\n")
+    lines[4] = "Fixed: the reviewer now sees what changed before publishing."
+    lines[9] = "Search finds only published versions; candidates stay out until approved."
+    del lines[15]
+    lines.insert(22, "New: withdraw takes a version out of search and keeps it for the record.")
+    return "\n".join(lines)
+
+
+async def put_up_versions(pilot: Pilot[Any], ledger: Ledger, corpus: Path) -> str:
+    """Publish what the demo processed (the scan batches stay waiting for review),
+    then upload a second version of EDITED and let the workers process it. Returns
+    the second version's id."""
+    waiting = await ledger.reads.list_documents(status=DocumentStatus.REVIEW_PENDING, limit=None)
+    for doc in waiting:
+        if not doc.filename.startswith(STILL_WAITING):
+            await ledger.versions.publish(doc.document_id, actor="operator")
+    first = next(d for d in waiting if d.filename == EDITED)
+    edited = second_version((corpus / EDITED).read_text(encoding="utf-8"))
+    draft = await ledger.versions.replace(
+        first.document_id, edited.encode(), EDITED, actor="operator"
+    )
+    await ledger.operator.submit(draft.document_id, actor="operator")
+
+    async def reviewable() -> bool:
+        doc = await ledger.reads.get_document(draft.document_id)
+        return doc.status is DocumentStatus.REVIEW_PENDING
+
+    await until_true(pilot, reviewable, "the second version to be processed")
+    return draft.document_id
+
+
 async def shoot(out: Path, png: bool) -> list[Path]:
     saved: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="ingestdesk-demo-") as folder:
-        settings = await build_demo_async(Path(folder) / "demo")
+        demo = Path(folder) / "demo"
+        settings = await build_demo_async(demo)
         ledger = await Ledger.open(settings)
         app = IngestDeskApp(ledger, workers=2, worker_prefix="demo", actor="operator")
         app.sub_title = "demo/ledger.db"
@@ -126,6 +178,32 @@ async def shoot(out: Path, png: bool) -> list[Path]:
                 await pilot.pause(1.0)  # let the winner finish its stages in its log
                 await save("race")
                 await pilot.press("escape")
+
+                # The review desk on the second version: what changed against v1.
+                candidate = await put_up_versions(pilot, ledger, demo / "corpus")
+                await pilot.press("v")
+                await until(pilot, lambda: isinstance(app.screen, ReviewDeskScreen), "review desk")
+                desk = app.screen
+                assert isinstance(desk, ReviewDeskScreen)
+                await until(pilot, lambda: candidate in desk.queue, "the second version listed")
+                queue = desk.query_one("#review-queue", DataTable)
+                queue.move_cursor(row=queue.get_row_index(candidate))
+                await until(
+                    pilot,
+                    lambda: desk.diff is not None and desk.diff.candidate.document_id == candidate,
+                    "its diff",
+                )
+                await save("review-desk")
+
+                await pilot.press("ctrl+f")
+                await until(pilot, lambda: isinstance(app.screen, SearchScreen), "search")
+                search = app.screen
+                assert isinstance(search, SearchScreen)
+                await pilot.press(*SEARCHED, "enter")
+                await until(pilot, lambda: search.searched == SEARCHED, "the hits")
+                await save("search")
+                await pilot.press("escape", "escape", "escape")
+                await until(pilot, lambda: isinstance(app.screen, DashboardScreen), "main")
 
                 await pilot.press("question_mark")
                 await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
 
 from core import (
@@ -36,7 +36,7 @@ from core import (
     visible,
 )
 from core.gc_tuning import tuned_for_interactive_use
-from core.ledger import ProviderLedger, ProviderReview
+from core.ledger import ProviderLedger, ProviderReview, Versions
 from core.states import RequestState
 from tui import policy
 from tui.desk import Desk
@@ -83,6 +83,11 @@ class IngestDeskApp(App[int]):
         Binding("W", "remove_worker", "-Worker", tooltip="Stop the newest in-process worker"),
         Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume the in-process workers"),
         Binding("R", "race", "Race", tooltip="Two workers race to claim one task"),
+        # ctrl+f, not a letter: the search box is one key away from every screen,
+        # including those whose letters mean something else.
+        Binding(
+            "ctrl+f", "search", "Search", key_display="^f", tooltip="Search published documents"
+        ),
     ]
 
     def __init__(
@@ -107,6 +112,7 @@ class IngestDeskApp(App[int]):
         self.operator: Operator | None = None if read_only else ledger.operator
         self.providers: ProviderLedger = ledger.providers
         self.provider_review: ProviderReview | None = None if read_only else ledger.provider_review
+        self.versions: Versions | None = None if read_only else ledger.versions
         self.workforce: Workforce | None = None
         if not read_only:
             # Short enough for the table's worker column, distinct between dashboards.
@@ -273,6 +279,21 @@ class IngestDeskApp(App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
+    def action_search(self) -> None:
+        from tui.screens.search import SearchScreen
+
+        if isinstance(self.screen, ModalScreen):
+            return  # not over a dialog: its answer would wait, unseen, under the search
+        opened = [s for s in self.screen_stack if isinstance(s, SearchScreen)]
+        if not opened:
+            self.push_screen(SearchScreen())
+            return
+        # Back to the search box already open (from a document a hit opened), with
+        # its query and hits, rather than a second, empty one.
+        while self.screen is not opened[-1]:
+            self.pop_screen()
+        opened[-1].focus_query()
+
     def action_race(self) -> None:
         operator = policy.operator_for(self, "race")
         if operator is None:
@@ -335,6 +356,12 @@ class IngestDeskApp(App[int]):
                 self.action_toggle_pause,
             ),
             ("Claim race", "Two workers race to claim one new task", "race", self.action_race),
+            (
+                "Search documents",
+                "Ranked full-text search over published versions (ctrl+f)",
+                "search",
+                self.action_search,
+            ),
         ]
         for title, help_text, action, callback in commands:
             if policy.allows(self, action):

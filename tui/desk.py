@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
     from core import Operator, Reads, WorkerView
-    from core.ledger import ProviderLedger, ProviderReview
+    from core.ledger import ProviderLedger, ProviderReview, Versions
     from core.states import RequestState
     from tui.mirror import LedgerMirror
     from tui.workforce import Workforce
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 class Desk(Protocol):
     """The dashboard as its screens see it.
 
-    ``operator``, ``provider_review`` and ``workforce`` are None in read-only mode:
-    ask :func:`tui.policy.operator_for` / :func:`tui.policy.review_for` /
-    :func:`tui.policy.workforce_for` for them, which say the refusal when they are
-    missing.
+    ``operator``, ``provider_review``, ``versions`` and ``workforce`` are None in
+    read-only mode: ask :func:`tui.policy.operator_for` / :func:`tui.policy.review_for`
+    / :func:`tui.policy.versions_for` / :func:`tui.policy.workforce_for` for them,
+    which say the refusal when they are missing.
     """
 
     @property
@@ -49,6 +49,11 @@ class Desk(Protocol):
     @property
     def provider_review(self) -> ProviderReview | None:
         """A person's decisions on provider requests; None in read-only mode."""
+        ...
+
+    @property
+    def versions(self) -> Versions | None:
+        """Document versions' decisions (publish, reject); None in read-only mode."""
         ...
 
     @property

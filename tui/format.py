@@ -15,13 +15,20 @@ instead, so ``[bold]x[/]`` is shown as typed and ``[/x]`` cannot raise.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from urllib.parse import unquote, urlsplit
 
+from rich.text import Text
 from textual.content import Content
 
 from core import ERRORS, ErrorCode, IngestDeskError, TaskStatus, shown_url, visible
 
+HIT_STYLE = "bold black on yellow"  # a word search matched
+# A matched word as the ledger's search marks it. No "*" inside: a chunk's own
+# "**bold**" cannot be told apart from a mark, but neither can it swallow its
+# neighbours.
+_MARKED = re.compile(r"\*\*([^*]+?)\*\*")
 BAR_FULL = "█"
 BAR_EMPTY = "░"
 ELLIPSIS = "…"
@@ -112,6 +119,21 @@ def failure_line(exc: BaseException) -> str:
     if isinstance(exc, IngestDeskError):
         return visible(exc.message)
     return visible(f"{type(exc).__name__}: {exc}")
+
+
+def snippet_text(snippet: str) -> Text:
+    """A search snippet as one paragraph (whitespace folded) with the words the
+    ledger marked ``**like this**`` in HIT_STYLE, the marks removed, every part
+    escaped."""
+    folded = " ".join(snippet.split())
+    out = Text()
+    at = 0
+    for found in _MARKED.finditer(folded):
+        out.append(visible(folded[at : found.start()]))
+        out.append(visible(found.group(1)), style=HIT_STYLE)
+        at = found.end()
+    out.append(visible(folded[at:]))
+    return out
 
 
 def shown_lines(text: str) -> str:

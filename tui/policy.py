@@ -1,11 +1,11 @@
 """Which actions may run: in read-only mode, none that changes the ledger.
 
 Read-only is a missing object, not a flag checked in every handler: a read-only desk
-has no :class:`~core.Operator`, no :class:`~core.ledger.ProviderReview` and no
-:class:`~tui.workforce.Workforce`. Code that changes the ledger asks
-:func:`operator_for`, :func:`review_for` or :func:`workforce_for` for them; the answer
-may be None, so the type checker makes every caller handle "not here", and the
-refusal is said here, once, in one wording.
+has no :class:`~core.Operator`, no :class:`~core.ledger.ProviderReview`, no
+:class:`~core.ledger.Versions` and no :class:`~tui.workforce.Workforce`. Code that
+changes the ledger asks :func:`operator_for`, :func:`review_for`, :func:`versions_for`
+or :func:`workforce_for` for them; the answer may be None, so the type checker makes
+every caller handle "not here", and the refusal is said here, once, in one wording.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from textual.binding import Binding, BindingType
 
 if TYPE_CHECKING:
     from core import Operator
-    from core.ledger import ProviderReview
+    from core.ledger import ProviderReview, Versions
     from tui.desk import Desk
     from tui.workforce import Workforce
 
@@ -34,10 +34,15 @@ CHANGING_ACTIONS: dict[str, str] = {
     "race": "run a claim race (it submits a task)",
     "resend": "resend provider requests",
     "mark_failed": "mark provider requests failed",
+    "publish": "publish document versions",
+    "reject": "reject document versions",
 }
 # The changing actions that are a person's decision on provider requests: they need
 # the desk's provider review, not its operator.
 REVIEW_ACTIONS = frozenset({"resend", "mark_failed"})
+# The changing actions that are the review desk's decisions on document versions:
+# they need the desk's versions role.
+VERSION_ACTIONS = frozenset({"publish", "reject"})
 REFUSAL_TITLE = "read-only"
 
 
@@ -53,6 +58,8 @@ def allows(desk: Desk, action: str) -> bool:
         return True
     if action in REVIEW_ACTIONS:
         return desk.provider_review is not None
+    if action in VERSION_ACTIONS:
+        return desk.versions is not None
     return desk.operator is not None
 
 
@@ -76,6 +83,15 @@ def review_for(desk: Desk, action: str) -> ProviderReview | None:
     if review is None:
         refuse(desk, action)
     return review
+
+
+def versions_for(desk: Desk, action: str) -> Versions | None:
+    """The desk's versions role (publish, reject) for ``action``, or None after
+    refusing it (read-only)."""
+    versions = desk.versions
+    if versions is None:
+        refuse(desk, action)
+    return versions
 
 
 def workforce_for(desk: Desk, action: str) -> Workforce | None:

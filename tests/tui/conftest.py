@@ -156,6 +156,73 @@ async def seed_provider_requests(
     return task.task_id, keys
 
 
+# Two documents, each with a published v1 and a v2 waiting for review: one line per
+# chunk, so the review desk's diff is the lines below that changed.
+VERSIONED: dict[str, tuple[list[str], list[str]]] = {
+    "staff-handbook.md": (
+        [
+            "Staff handbook",
+            "Working hours are nine to five.",
+            "Travel must be approved by a manager.",
+        ],
+        [
+            "Staff handbook",
+            "Working hours are flexible between seven and seven.",
+            "Travel must be approved by a manager.",
+            "Remote work is allowed two days a week.",
+        ],
+    ),
+    "safety-policy.md": (
+        ["Safety policy", "Helmets are required on site.", "Visitors sign in at the gate."],
+        [
+            "Safety policy",
+            "Helmets and boots are required on site.",
+            "Report every incident within a day.",
+        ],
+    ),
+}
+
+
+def line_chunks(lines: Sequence[str], *, per_page: int = 2) -> list[ChunkRecord]:
+    """One chunk per line, ``per_page`` lines to a page, at their offsets in the text."""
+    chunks, at = [], 0
+    for n, line in enumerate(lines):
+        chunks.append(ChunkRecord(n, line, 1 + n // per_page, at, at + len(line)))
+        at += len(line) + 1
+    return chunks
+
+
+async def finish_version(seeded: Seeded, document_id: str, lines: Sequence[str]) -> None:
+    """Submit a version and finish its task with ``lines`` as chunks, as a worker
+    would: the version is then waiting for review."""
+    ledger = seeded.ledger
+    task = await ledger.operator.submit(document_id, actor="alice")
+    claim = await ledger.queue.claim(task.task_id, "w1")
+    assert claim is not None
+    assert await ledger.queue.finish(claim, line_chunks(lines))
+
+
+async def seed_versions(seeded: Seeded) -> dict[str, tuple[str, str]]:
+    """The documents of VERSIONED: v1 published, v2 waiting for review (the first
+    listed has waited longest). Returns (v1 id, v2 id) by name."""
+    ledger, clock = seeded.ledger, seeded.clock
+    ids: dict[str, tuple[str, str]] = {}
+    for name, (old, _) in VERSIONED.items():
+        v1 = await ledger.operator.upload("\n".join(old).encode(), name)
+        await finish_version(seeded, v1.document_id, old)
+        await ledger.versions.publish(v1.document_id, actor="alice")
+        clock.advance(5)
+    for name, (_, new) in VERSIONED.items():
+        v1_id = next(
+            d.document_id for d in await ledger.reads.list_documents() if d.filename == name
+        )
+        v2 = await ledger.versions.replace(v1_id, "\n".join(new).encode(), name, actor="alice")
+        await finish_version(seeded, v2.document_id, new)
+        ids[name] = (v1_id, v2.document_id)
+        clock.advance(60)
+    return ids
+
+
 def settings_for(tmp_path: Path) -> Settings:
     return Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
 
@@ -214,6 +281,18 @@ def review_sync(tmp_path: Path) -> Any:
             fail_with=ErrorCode.NEEDS_REVIEW,
         )
         return await seed_states(seeded)
+
+    yield from _for_the_apps_loop(asyncio.run(build()))
+
+
+@pytest.fixture
+def versions_sync(tmp_path: Path) -> Any:
+    """Like ``seeded_sync``, on a ledger holding only the documents of VERSIONED."""
+
+    async def build() -> Seeded:
+        seeded = await open_seeded(tmp_path, states=False)
+        await seed_versions(seeded)
+        return seeded
 
     yield from _for_the_apps_loop(asyncio.run(build()))
 

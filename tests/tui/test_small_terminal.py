@@ -42,7 +42,7 @@ async def test_an_80x24_terminal_shows_what_triage_needs(seeded: Seeded) -> None
         assert tasks.virtual_size.width <= tasks.scrollable_content_region.width
 
 
-async def test_the_side_panel_folds_away_and_v_swaps_it_in(seeded: Seeded) -> None:
+async def test_the_side_panel_folds_away_and_i_swaps_it_in(seeded: Seeded) -> None:
     app = make_app(seeded)
     async with app.run_test(size=SMALL) as pilot:
         await ready(pilot, rows=len(seeded.tasks))
@@ -50,14 +50,14 @@ async def test_the_side_panel_folds_away_and_v_swaps_it_in(seeded: Seeded) -> No
         side, left = screen.query_one("#side"), screen.query_one("#left")
         assert screen.has_class("-narrow")
         assert not side.display and left.display
-        assert "v" in screen.active_bindings
+        assert "i" in screen.active_bindings
         await pilot.pause(0.2)
-        assert "v Panel" in screen_text(app)
-        await pilot.press("v")
+        assert "i Panel" in screen_text(app)
+        await pilot.press("i")
         await pilot.pause(0.1)
         assert side.display and not left.display
         assert "annual-report.md" in screen_text(app)  # the running-now panel
-        await pilot.press("v")
+        await pilot.press("i")
         await pilot.pause(0.1)
         assert not side.display and left.display
         assert table(app).has_focus
@@ -70,7 +70,7 @@ async def test_a_resize_switches_the_layout_both_ways(seeded: Seeded) -> None:
         screen = dashboard(app)
         tasks = table(app)
         assert tasks.column_layout is WIDE and screen.query_one("#side").display
-        assert "v" not in screen.active_bindings  # a wide screen shows both
+        assert "i" not in screen.active_bindings  # a wide screen shows both
         cursor_task = tasks.selected
         await pilot.resize_terminal(*SMALL)
         await wait_for(pilot, lambda: tasks.column_layout is NARROW, what="the narrow layout")
@@ -78,7 +78,7 @@ async def test_a_resize_switches_the_layout_both_ways(seeded: Seeded) -> None:
         assert "worker" not in tasks.column_layout.keys
         assert tasks.selected == cursor_task  # the cursor stays on its task
         await pilot.pause(0.2)
-        assert "v Panel" in screen_text(app)  # the footer follows the breakpoint
+        assert "i Panel" in screen_text(app)  # the footer follows the breakpoint
         await pilot.resize_terminal(*APP_SIZE)
         await wait_for(pilot, lambda: tasks.column_layout is WIDE, what="the wide layout")
         assert screen.query_one("#side").display

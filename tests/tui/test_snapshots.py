@@ -15,6 +15,8 @@ from tests.tui.conftest import APP_SIZE, Seeded, wait_for
 from tui.app import IngestDeskApp
 from tui.screens.failures import FailuresScreen, group_key
 from tui.screens.help import HelpScreen
+from tui.screens.review_desk import ReviewDeskScreen
+from tui.screens.search import SearchScreen
 from tui.screens.task_detail import TaskDetailScreen
 from tui.widgets.counts import ProviderLine
 from tui.widgets.task_table import TaskTable
@@ -150,3 +152,71 @@ def test_help_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
         await pilot.pause(SETTLE_S)
 
     assert snap_compare(snapshot_app(seeded_sync), terminal_size=APP_SIZE, run_before=run_before)
+
+
+async def review_desk_loaded(pilot: Pilot[Any]) -> None:
+    """The review desk on the oldest version waiting: its diff against v1 shown."""
+    app = pilot.app
+    assert isinstance(app, IngestDeskApp)
+    await wait_for(pilot, lambda: app.poller.baseline_taken and len(app.screen_stack) > 1)
+    await pilot.press("v")
+    await wait_for(pilot, lambda: isinstance(app.screen, ReviewDeskScreen))
+    desk = app.screen
+    assert isinstance(desk, ReviewDeskScreen)
+    table = desk.query_one("#review-queue", DataTable)
+    await wait_for(
+        pilot,
+        lambda: (
+            desk.diff is not None
+            and table.row_count == 2
+            and all(table.get_row_at(n)[-1] != "…" for n in range(2))
+        ),
+    )
+    await pilot.pause(SETTLE_S)
+
+
+def test_review_desk(snap_compare: SnapCompare, versions_sync: Seeded) -> None:
+    assert snap_compare(
+        snapshot_app(versions_sync), terminal_size=APP_SIZE, run_before=review_desk_loaded
+    )
+
+
+def test_review_desk_80x24(snap_compare: SnapCompare, versions_sync: Seeded) -> None:
+    """The queue above the detail; the diff still whole."""
+    assert snap_compare(
+        snapshot_app(versions_sync), terminal_size=SMALL_SIZE, run_before=review_desk_loaded
+    )
+
+
+async def search_shown(pilot: Pilot[Any], seeded: Seeded) -> None:
+    """The search box with hits in two versions: the safety policy's v2 is published
+    first, so "are" finds the handbook's v1 and the policy's v2."""
+    app = pilot.app
+    assert isinstance(app, IngestDeskApp)
+    await wait_for(pilot, lambda: app.poller.baseline_taken and len(app.screen_stack) > 1)
+    waiting = await seeded.ledger.reads.review_queue()
+    policy = next(v for v in waiting if v.filename == "safety-policy.md")
+    await seeded.ledger.versions.publish(policy.document_id, actor="alice")
+    await pilot.press("ctrl+f")
+    await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+    screen = app.screen
+    assert isinstance(screen, SearchScreen)
+    await pilot.press(*"are", "enter")
+    await wait_for(pilot, lambda: screen.searched == "are" and len(screen.hits) == 2)
+    await pilot.pause(SETTLE_S)
+
+
+def test_search_screen(snap_compare: SnapCompare, versions_sync: Seeded) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await search_shown(pilot, versions_sync)
+
+    assert snap_compare(snapshot_app(versions_sync), terminal_size=APP_SIZE, run_before=run_before)
+
+
+def test_search_screen_80x24(snap_compare: SnapCompare, versions_sync: Seeded) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await search_shown(pilot, versions_sync)
+
+    assert snap_compare(
+        snapshot_app(versions_sync), terminal_size=SMALL_SIZE, run_before=run_before
+    )

@@ -1,7 +1,7 @@
 """The main screen: counts, throughput, the live task table, running tasks, workers.
 
 Below ``SIDE_PANEL_FROM`` columns (an 80x24 terminal) the side panel is folded away
-and the table takes the whole width; ``v`` swaps between the table and the panel.
+and the table takes the whole width; ``i`` swaps between the table and the panel.
 """
 
 from __future__ import annotations
@@ -47,18 +47,18 @@ class DashboardScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         # First, so a narrow footer (where it is shown) still has room for it.
-        Binding("v", "toggle_side", "Panel", tooltip="Swap the task table and the side panel"),
+        # (i, not v: v opens the review desk.)
+        Binding("i", "toggle_side", "Panel", tooltip="Swap the task table and the side panel"),
         Binding("s", "submit", "Submit"),
         Binding("c", "cancel", "Cancel"),
         Binding("r", "retry", "Retry"),
         Binding("f", "failures", "Failures"),
+        Binding("v", "review", "Review", tooltip="Versions waiting for review: publish or reject"),
         Binding("enter", "detail", "Detail"),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("b", "bulk", "Bulk", tooltip="Cancel or retry everything matching the filter"),
-        *(
-            Binding(key, f"status_filter('{key}')", "0-6 status", show=key == "0")
-            for key in STATUS_KEYS
-        ),
+        # Not in the footer: each count box is labelled with its key ("4 failed").
+        *(Binding(key, f"status_filter('{key}')", "0-6 status", show=False) for key in STATUS_KEYS),
     ]
     # The screen gets -narrow or -wide; app.tcss folds the side panel on -narrow.
     HORIZONTAL_BREAKPOINTS = [
@@ -275,6 +275,11 @@ class DashboardScreen(Screen[None]):
 
         self.app.push_screen(FailuresScreen())
 
+    def action_review(self) -> None:
+        from tui.screens.review_desk import ReviewDeskScreen
+
+        self.app.push_screen(ReviewDeskScreen())
+
     def action_cancel(self) -> None:
         operator = policy.operator_for(self.desk, "cancel")
         if operator is None:
@@ -374,6 +379,12 @@ class DashboardScreen(Screen[None]):
                 "Failures grouped by error code and stage",
                 "failures",
                 self.action_failures,
+            ),
+            (
+                "Review desk",
+                "Versions waiting for review: what changed; publish or reject",
+                "review",
+                self.action_review,
             ),
             (
                 "Task detail",

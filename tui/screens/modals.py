@@ -26,6 +26,7 @@ class ConfirmScreen(ModalScreen[str | None]):
         ask_reason: Offer a reason Input (recorded in the audit log).
         require_reason: The reason may not be empty: confirming without one says so
             in the dialog and keeps it open (implies ``ask_reason``).
+        kept_in: Whose history keeps the reason, as the refusal of an empty one says.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
@@ -38,6 +39,7 @@ class ConfirmScreen(ModalScreen[str | None]):
         confirm_label: str = "Confirm",
         ask_reason: bool = False,
         require_reason: bool = False,
+        kept_in: str = "the task's history",
     ) -> None:
         super().__init__()
         self.title_text = title
@@ -45,6 +47,7 @@ class ConfirmScreen(ModalScreen[str | None]):
         self.confirm_label = confirm_label
         self.ask_reason = ask_reason or require_reason
         self.require_reason = require_reason
+        self.kept_in = kept_in
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -76,7 +79,7 @@ class ConfirmScreen(ModalScreen[str | None]):
             # Refused here, where the reason is typed, rather than by the ledger
             # after the dialog has gone.
             missing = self.query_one("#reason-missing", Label)
-            missing.update("a reason is required: say why (it is kept in the task's history)")
+            missing.update(f"a reason is required: say why (it is kept in {self.kept_in})")
             missing.add_class("-shown")
             self.query_one("#reason", Input).focus()
             return

@@ -84,8 +84,10 @@ class TaskTable(ScrollView, can_focus=True):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "select_cursor", "Detail", tooltip="Open the selected task"),
-        Binding("o", "sort_next", "Sort", tooltip="Sort by the next column"),
+        Binding("enter", "select_cursor", "Open", tooltip="Open the selected task's detail"),
+        # Not in the footer: the table's subtitle says "o sorts", and the footer's
+        # room goes to keys said nowhere else.
+        Binding("o", "sort_next", "Sort", tooltip="Sort by the next column", show=False),
         Binding("up", "cursor_up", "Cursor up", show=False),
         Binding("down", "cursor_down", "Cursor down", show=False),
         Binding("pageup", "page_up", "Page up", show=False),

@@ -1,0 +1,160 @@
+"""The search box: ranked full-text search over published document versions, as you
+type. Each hit shows the document's name, version, page, score and a snippet whose
+matched words are highlighted; enter opens the document (its versions, history and
+the hit's chunk).
+
+The ledger marks matched words ``**like this**``; they become a Rich style
+(:func:`tui.format.snippet_text`) and everything else is escaped into
+:class:`~rich.text.Text`, never markup: a document reading ``[link=…]`` is shown as
+written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from core import SearchHit, visible
+from tui.desk import Desk, desk_of
+from tui.format import failure_line, shorten, snippet_text
+from tui.widgets.plain_input import PlainInput
+
+if TYPE_CHECKING:
+    from textual.timer import Timer
+
+SEARCH_LIMIT = 50  # hits asked for: a screenful or two, ranked
+MIN_CHARS = 2  # typed characters before searching as you type (enter searches any)
+DEBOUNCE_S = 0.3  # seconds of no typing before searching: one query per pause
+NAME_WIDTH = 40  # characters of a document name in a hit
+
+
+def hit_key(hit: SearchHit) -> str:
+    """A hit's id in the list: one chunk of one version."""
+    return f"{hit.document_id}:{hit.ordinal}"
+
+
+def hit_text(hit: SearchHit) -> Text:
+    """A hit in two lines (the snippet wraps): which document, version and page, how
+    well it ranks, and the snippet."""
+    out = Text()
+    out.append(shorten(visible(hit.filename), NAME_WIDTH), style="bold")
+    page = f"page {hit.page}" if hit.page is not None else "no page"
+    out.append(f"  v{hit.version_no} · {page} · chunk #{hit.ordinal}")
+    out.append(f" · score {hit.score:.3g}", style="dim")
+    out.append("\n")
+    out.append_text(snippet_text(hit.snippet))
+    return out
+
+
+class SearchScreen(Screen[None]):
+    """Type words; see the published chunks that hold them, best first."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("down", "to_hits", "Hits", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hits: dict[str, SearchHit] = {}  # by hit_key, as shown
+        self.searched: str | None = None  # the query whose hits are shown
+        self._debounce: Timer | None = None
+
+    @property
+    def desk(self) -> Desk:
+        return desk_of(self)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield PlainInput(
+            placeholder="search published documents: words (enter searches, esc goes back)",
+            id="search-query",
+        )
+        yield Static(Text(f"type at least {MIN_CHARS} characters", style="dim"), id="search-status")
+        yield OptionList(id="search-hits")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#search-hits", OptionList).border_title = "Hits, best first"
+        self.focus_query()
+
+    def focus_query(self) -> None:
+        """Put the cursor in the search box (ctrl+f on this screen)."""
+        self.query_one("#search-query", Input).focus()
+
+    # ------------------------------------------------------------------ search
+
+    @on(Input.Changed, "#search-query")
+    def _typed(self, event: Input.Changed) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+            self._debounce = None
+        if len(event.value.strip()) >= MIN_CHARS:
+            self._debounce = self.set_timer(DEBOUNCE_S, self._search_typed)
+
+    def _search_typed(self) -> None:
+        self._debounce = None
+        self.run_search(self.query_one("#search-query", Input).value.strip(), focus_hits=False)
+
+    @on(Input.Submitted, "#search-query")
+    def _submitted(self, event: Input.Submitted) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+            self._debounce = None
+        query = event.value.strip()
+        if query:
+            self.run_search(query, focus_hits=True)
+
+    @work(exclusive=True, group="search", exit_on_error=False, description="search")
+    async def run_search(self, query: str, *, focus_hits: bool) -> None:
+        status = self.query_one("#search-status", Static)
+        try:
+            hits = await self.desk.reads.search(query, limit=SEARCH_LIMIT)
+        except Exception as exc:  # the ledger's refusal, or a database fault
+            status.update(Text(failure_line(exc), style="bold"))
+            return
+        self.searched = query
+        self.hits = {hit_key(hit): hit for hit in hits}
+        shown = self.query_one("#search-hits", OptionList)
+        shown.clear_options()
+        shown.add_options(Option(hit_text(hit), id=key) for key, hit in self.hits.items())
+        quoted = f"“{shorten(visible(query), 60)}”"
+        if not hits:
+            status.update(Text(f"no published document holds {quoted}", style="dim"))
+            return
+        many = "the first " if len(hits) >= SEARCH_LIMIT else ""
+        count = f"{many}{len(hits)} hit{'s' if len(hits) != 1 else ''}"
+        status.update(Text(f"{count} for {quoted}, best first · enter opens the document"))
+        shown.highlighted = 0
+        if focus_hits:
+            shown.focus()
+
+    # ------------------------------------------------------------- navigation
+
+    @on(OptionList.OptionSelected, "#search-hits")
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        hit = self.hits.get(event.option_id or "")
+        if hit is not None:
+            from tui.screens.document import DocumentScreen
+
+            self.app.push_screen(DocumentScreen(hit.document_id, hit=hit))
+
+    def action_to_hits(self) -> None:
+        hits = self.query_one("#search-hits", OptionList)
+        if hits.option_count:
+            hits.focus()
+
+    def action_back(self) -> None:
+        # From the hits back to the box; from the box back to where search began.
+        if self.focused is self.query_one("#search-hits", OptionList):
+            self.focus_query()
+            return
+        self.dismiss(None)
