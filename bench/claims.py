@@ -290,7 +290,9 @@ async def build_backlog(db_path: Path, store: Path, n: int) -> None:
         docs, tasks, events, outbox = [], [], [], []
         for i in range(extra):
             doc_id, task_id, at = uuid.uuid4().hex, uuid.uuid4().hex, base + i * BACKLOG_STEP_S
-            docs.append({**doc, "id": doc_id, "created_at": at, "updated_at": at})
+            docs.append(
+                {**doc, "id": doc_id, "family_id": doc_id, "created_at": at, "updated_at": at}
+            )
             revision += 1
             tasks.append(
                 {

@@ -287,6 +287,7 @@ async def build_ledger(root: Path, size: int) -> BuiltLedger:
                 {
                     **tpl["doc"],
                     "id": doc_id,
+                    "family_id": doc_id,
                     "filename": f"report-{i:06d}.md",
                     "created_at": at,
                     "updated_at": tpl["doc"]["updated_at"] + shift,
