@@ -30,15 +30,29 @@ class VersionDiff:
 
 
 def _lines(chunks: Sequence[ChunkView]) -> list[str]:
-    """The text of a version as lines; chunks overlap, so only the part of each
-    chunk after the previous one's end is taken (the document's text, once)."""
-    out: list[str] = []
+    """The text of a version as lines, put back together from its chunks first:
+    chunks overlap, so only the part of each after the previous one's end is taken,
+    and a line is split only where the text has a line break, never where a chunk
+    boundary happens to fall (an edit that shifts the boundaries would otherwise show
+    as lines removed and added again)."""
+    pages: list[str] = []
+    parts: list[str] = []
+    page: int | None = None
     end = 0
     for c in chunks:
-        fresh = c.text[max(0, end - c.char_start) :] if c.char_start < end else c.text
+        if c.page != page or not parts:
+            if parts:
+                pages.append("".join(parts))
+            parts, page, end = [], c.page, 0
+        if c.char_start < end:
+            parts.append(c.text[end - c.char_start :])
+        else:
+            # A gap between chunks held only what the chunker skips (spaces).
+            parts.append((" " if parts else "") + c.text)
         end = max(end, c.char_end)
-        out.extend(line for line in fresh.splitlines() if line.strip())
-    return out
+    if parts:
+        pages.append("".join(parts))
+    return [line for text in pages for line in text.splitlines() if line.strip()]
 
 
 def diff_versions(

@@ -295,3 +295,30 @@ async def test_a_search_in_another_process_never_sees_two_versions_or_none(
     assert len(seen) > 10
     assert all(len(versions) == 1 for versions in seen), [s for s in seen if len(s) != 1]
     assert seen[-1] == [7]
+
+
+async def test_the_review_diff_shows_only_the_lines_that_changed(ledger: Ledger) -> None:
+    from core.ingest.chunker import chunk_text
+
+    lines = [f"line {i} of the keeper's log, with words enough to span chunks" for i in range(30)]
+    before = "\n".join(lines)
+    after = "\n".join(lines[:10] + ["an inserted line shifts every chunk boundary"] + lines[10:])
+
+    async def version(doc: DocumentView, text: str) -> None:
+        task = await ledger.operator.submit(doc.document_id)
+        claim = await ledger.queue.claim(task.task_id, "w1")
+        assert claim is not None
+        spans = chunk_text(text, chunk_size=120, overlap=30)
+        records = [ChunkRecord(i, text[a:b], 1, a, b, None) for i, (a, b) in enumerate(spans)]
+        assert await ledger.queue.finish(claim, records)
+
+    v1 = await ledger.operator.upload(before.encode(), "log.txt")
+    await version(v1, before)
+    await ledger.versions.publish(v1.document_id)
+    v2 = await ledger.versions.replace(v1.document_id, after.encode(), "log.txt")
+    await version(v2, after)
+    review = await ledger.reads.review(v2.document_id)
+    assert review.published is not None and review.published.document_id == v1.document_id
+    assert review.added == ["an inserted line shifts every chunk boundary"]
+    assert review.removed == []
+    assert review.chunks_after > review.chunks_before > 1
