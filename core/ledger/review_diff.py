@@ -47,8 +47,10 @@ def _lines(chunks: Sequence[ChunkView]) -> list[str]:
         if c.char_start < end:
             parts.append(c.text[end - c.char_start :])
         else:
-            # A gap between chunks held only what the chunker skips (spaces).
-            parts.append((" " if parts else "") + c.text)
+            # A gap between chunks held only what the chunker skips (white space);
+            # taken as a line break, since a line's words are never split this way
+            # when chunks overlap, as the pipeline's do.
+            parts.append(("\n" if parts else "") + c.text)
         end = max(end, c.char_end)
     if parts:
         pages.append("".join(parts))

@@ -302,7 +302,7 @@ async def test_the_review_diff_shows_only_the_lines_that_changed(ledger: Ledger)
 
     lines = [f"line {i} of the keeper's log, with words enough to span chunks" for i in range(30)]
     before = "\n".join(lines)
-    after = "\n".join(lines[:10] + ["an inserted line shifts every chunk boundary"] + lines[10:])
+    after = "\n".join([*lines[:10], "an inserted line shifts every chunk boundary", *lines[10:]])
 
     async def version(doc: DocumentView, text: str) -> None:
         task = await ledger.operator.submit(doc.document_id)
