@@ -30,6 +30,7 @@ from core.ledger.statements import (
     FINISH,
     HEARTBEAT,
     HELD,
+    INDEX_CHUNKS,
     INSERT_CHUNKS,
     PROGRESS,
     PROGRESS_WITH_OPTIONS,
@@ -406,6 +407,8 @@ class WorkQueue:
 
 
 def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRecord]) -> None:
+    """The document's chunks, replaced, and (on SQLite) added to the search index in
+    the same transaction (PostgreSQL's index is a generated column)."""
     DELETE_CHUNKS.rowcount(conn, {"p_document_id": document_id})
     if chunks:
         INSERT_CHUNKS.many(
@@ -423,3 +426,5 @@ def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRe
                 for c in chunks
             ],
         )
+        if conn.dialect.name == "sqlite":
+            INDEX_CHUNKS.rowcount(conn, {"p_document_id": document_id})

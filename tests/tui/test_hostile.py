@@ -103,6 +103,12 @@ async def seed_hostile(seeded: Seeded) -> Seeded:
             c=EVIL_CHUNK,
             t=seeded.id("failed.md"),
         )
+        # Indexed as the ledger indexes the chunks it writes (one statement after
+        # the insert; core.ledger.statements.INDEX_CHUNKS).
+        run(
+            "INSERT INTO chunks_fts(rowid, text) SELECT id, text FROM chunks WHERE text = :c",
+            c=EVIL_CHUNK,
+        )
 
     await ledger.transactions.write(write)
     return seeded
