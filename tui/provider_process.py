@@ -27,7 +27,7 @@ from core import visible
 if TYPE_CHECKING:
     from core.ingest.http_provider import HttpProvider
 
-PROVIDER_DB_FILE = "provider.sqlite3"  # the provider's own database, in the demo folder
+PROVIDER_DB_FILE = "provider.db"  # the provider's own database, in the demo folder
 PROVIDER_LOG_FILE = "provider.log"  # the provider's stderr, in the demo folder
 LISTENING = "provider listening on "  # the start of the child's first stdout line
 # What ``demo --faults`` switches on: lost replies (the request was done, the reply
