@@ -271,6 +271,7 @@ class ProviderRequest(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+METADATA = Base.metadata
 TASKS = cast(Table, IngestionTask.__table__)
 DOCUMENTS = cast(Table, Document.__table__)
 EVENTS = cast(Table, TaskEvent.__table__)
