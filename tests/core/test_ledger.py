@@ -18,7 +18,7 @@ from core import (
     Stage,
     TaskStatus,
 )
-from core.ledger.schema import Chunk, Outbox
+from core.ledger.schema import CHUNKS, OUTBOX
 from tests.conftest import FakeClock
 
 TEXT = b"The quarterly report covers ingestion throughput and error budgets.\n"
@@ -94,7 +94,7 @@ async def test_short_id_prefixes_resolve(ledger: Ledger) -> None:
 async def test_submit_writes_its_outbox_event_in_the_same_transaction(ledger: Ledger) -> None:
 
     task = await submitted(ledger)
-    rows = await ledger.transactions.read(lambda conn: conn.execute(select(Outbox.__table__)).all())
+    rows = await ledger.transactions.read(lambda conn: conn.execute(select(OUTBOX)).all())
     assert len(rows) == 1
     assert task.task_id in rows[0].payload
     assert rows[0].delivered_at is None
@@ -244,9 +244,7 @@ async def leftover_chunk(ledger: Ledger, document_id: str) -> None:
     row = {"document_id": document_id, "ordinal": 0, "text": "stale", "page": None}
 
     def write(conn: Any) -> None:
-        conn.execute(
-            insert(Chunk.__table__).values(**row, char_start=0, char_end=5, embedding=None)
-        )
+        conn.execute(insert(CHUNKS).values(**row, char_start=0, char_end=5, embedding=None))
         if conn.dialect.name == "sqlite":
             # Indexed, as every chunk row is (then by a trigger, now by the statement
             # that writes them): the delete trigger unindexes exactly what is there.

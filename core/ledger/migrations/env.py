@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from alembic import context
 
-from core.ledger.schema import Base
+from core.ledger.schema import METADATA
 
 connection = context.config.attributes["connection"]
 context.configure(
     connection=connection,
-    target_metadata=Base.metadata,
+    target_metadata=METADATA,
     # SQLite cannot ALTER most things; batch mode copies the table instead.
     render_as_batch=connection.dialect.name == "sqlite",
 )
