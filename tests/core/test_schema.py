@@ -189,11 +189,14 @@ async def test_the_migrations_make_the_schema_the_code_declares_on_postgres(
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
     from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.pool import NullPool
 
     from core.ledger.schema import METADATA
 
     await (await Ledger.open(Settings(db_url=pg_url, store_root=tmp_path / "s"))).close()
-    engine = create_async_engine(pg_url)
+    # No pool: the one connection closes when the block ends, not when a pool is
+    # garbage-collected (an unclosed asyncpg connection fails the run as a warning).
+    engine = create_async_engine(pg_url, poolclass=NullPool)
     try:
         async with engine.connect() as conn:
             differences = await conn.run_sync(
