@@ -335,7 +335,7 @@ class Operator:
         """Cancel a queued, running or retry_wait task; its document returns to draft
         and loses any chunks a running attempt already wrote."""
         check_identifier(actor, "actor")
-        reason = _reason(reason)
+        reason = history_reason(reason)
         now = self.clock()
 
         def tx(conn: Connection) -> TaskView:
@@ -375,7 +375,7 @@ class Operator:
         """Requeue a failed task (same row) when its document is failed too. The
         attempt counter is left alone; the next claim increments it."""
         check_identifier(actor, "actor")
-        reason = _reason(reason)
+        reason = history_reason(reason)
         now = self.clock()
         max_attempts = self.settings.max_attempts
 
@@ -466,7 +466,7 @@ class Operator:
         return replace(result, done=done, refused=refused)
 
 
-def _reason(reason: str | None) -> str | None:
+def history_reason(reason: str | None) -> str | None:
     """A reason as the history keeps it: one line of visible text, at most
     REASON_MAX characters (a newline in a reason could forge a history line)."""
     if reason is None:

@@ -28,7 +28,7 @@ from core.errors import BadInput, Conflict
 from core.ledger import rows
 from core.ledger.actions import REASON_MAX, requeue_failed
 from core.ledger.schema import DOCUMENTS, PROVIDER_REQUESTS, TASKS
-from core.ledger.statements import HELD, TASK_COLUMNS, next_revision
+from core.ledger.statements import HELD, TASK_COLUMNS, held_params, next_revision
 from core.ledger.transactions import Transactions
 from core.ledger.views import Claim, ProviderRequestView, TaskView
 from core.safe_text import check_identifier, neutralise
@@ -62,10 +62,6 @@ class Intent(StrEnum):
 class IntentAnswer:
     intent: Intent
     request: ProviderRequestView | None = None
-
-
-def _held(claim: Claim) -> dict[str, Any]:
-    return {"p_task_id": claim.task_id, "p_attempt": claim.attempt, "p_worker_id": claim.worker_id}
 
 
 def _in_flight() -> Any:
@@ -154,7 +150,7 @@ class ProviderLedger:
         )
 
         def tx(conn: Connection) -> IntentAnswer:
-            if conn.execute(select(TASKS.c.id).where(HELD), _held(claim)).first() is None:
+            if conn.execute(select(TASKS.c.id).where(HELD), held_params(claim)).first() is None:
                 return IntentAnswer(Intent.LOST)
             if conn.execute(fresh).rowcount:
                 return IntentAnswer(Intent.SEND)

@@ -35,6 +35,7 @@ from core.ledger.statements import (
     PROGRESS,
     PROGRESS_WITH_OPTIONS,
     TASK_COLUMNS,
+    held_params,
     next_revision,
 )
 from core.ledger.transactions import Transactions
@@ -44,10 +45,6 @@ from core.states import ERRORS, DocumentStatus, ErrorCode, Stage, TaskStatus
 
 REAPER_ACTOR = "reaper"
 LOST = "lost"  # hold_key's answer when the worker no longer holds its task
-
-
-def _held(claim: Claim) -> dict[str, Any]:
-    return {"p_task_id": claim.task_id, "p_attempt": claim.attempt, "p_worker_id": claim.worker_id}
 
 
 def _options_json(options: Mapping[str, Any] | None) -> str | None:
@@ -150,7 +147,7 @@ class WorkQueue:
         """Renew the lease. False means the worker no longer holds the task and must
         stop without writing anything else."""
         lease = claim.lease_s if lease_s is None else lease_s
-        params = _held(claim) | {"p_lease_until": self.clock() + lease}
+        params = held_params(claim) | {"p_lease_until": self.clock() + lease}
 
         def tx(conn: Connection) -> bool:
             return bool(HEARTBEAT.rowcount(conn, params))
@@ -171,7 +168,7 @@ class WorkQueue:
         running task is heard; for anyone else this is a no-op returning False."""
         now = self.clock()
         lease = claim.lease_s if lease_s is None else lease_s
-        params = _held(claim) | {
+        params = held_params(claim) | {
             "p_stage": Stage(stage).value,
             "p_completed": completed,
             "p_total": total,
@@ -200,7 +197,7 @@ class WorkQueue:
         cancel lands wholly before (nothing written) or after (it deletes the
         chunks). False, with nothing written, if the worker lost the task."""
         now = self.clock()
-        params = _held(claim) | {
+        params = held_params(claim) | {
             "p_now": now,
             "p_total": len(chunks),
             "p_options": _options_json(options),
@@ -259,7 +256,7 @@ class WorkQueue:
         statement = update(TASKS).where(HELD).values(**values).returning(*TASK_COLUMNS)
 
         def tx(conn: Connection) -> TaskView | None:
-            row = conn.execute(statement, _held(claim)).first()
+            row = conn.execute(statement, held_params(claim)).first()
             if row is None:
                 return None
             # An unfinished attempt leaves no chunks (ledgers written before finish()
@@ -298,7 +295,7 @@ class WorkQueue:
         statement = update(TASKS).where(HELD).where(~other.exists()).values(processing_key=key)
 
         def tx(conn: Connection) -> str | None:
-            if conn.execute(statement, _held(claim)).rowcount:
+            if conn.execute(statement, held_params(claim)).rowcount:
                 return None
             holder = conn.execute(other).scalar()
             return str(holder) if holder is not None else LOST
@@ -334,7 +331,7 @@ class WorkQueue:
         )
 
         def tx(conn: Connection) -> bool:
-            row = conn.execute(statement, _held(claim)).first()
+            row = conn.execute(statement, held_params(claim)).first()
             if row is None:
                 return False
             rows.record_events(conn, [row._mapping], actor=claim.worker_id, at=now, reason=reason)

@@ -14,6 +14,7 @@ from sqlalchemy import ScalarSelect, bindparam, delete, func, insert, select, te
 
 from core.ledger.prepared import Prepared
 from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, TASKS
+from core.ledger.views import Claim
 from core.states import Stage, TaskStatus
 
 
@@ -66,6 +67,12 @@ HELD = (
     & (TASKS.c.attempt == bindparam("p_attempt"))
     & (TASKS.c.worker_id == bindparam("p_worker_id"))
 )
+
+
+def held_params(claim: Claim) -> dict[str, Any]:
+    """The parameters of :data:`HELD` for ``claim``."""
+    return {"p_task_id": claim.task_id, "p_attempt": claim.attempt, "p_worker_id": claim.worker_id}
+
 
 _CLAIM_RETURNING = (
     TASKS.c.id,

@@ -25,11 +25,11 @@ from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, Conflict
 from core.ledger import rows
-from core.ledger.actions import REASON_MAX, Operator
+from core.ledger.actions import Operator, history_reason
 from core.ledger.schema import CHUNKS, DOCUMENTS, IDEMPOTENCY_KEYS, TASKS
 from core.ledger.transactions import Transactions
 from core.ledger.views import DocumentView
-from core.safe_text import check_identifier, neutralise
+from core.safe_text import check_identifier
 from core.states import DocumentStatus, TaskStatus
 
 D = DOCUMENTS.c
@@ -40,7 +40,7 @@ PUBLISHABLE = (DocumentStatus.REVIEW_PENDING, DocumentStatus.WITHDRAWN)
 
 
 def _reason(reason: str | None, *, needed: str | None = None) -> str | None:
-    text = neutralise(reason or "").strip()[:REASON_MAX] or None
+    text = history_reason(reason)
     if text is None and needed is not None:
         raise BadInput(f"{needed} needs a reason (--reason)")
     return text
