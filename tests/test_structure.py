@@ -116,3 +116,47 @@ def test_no_source_file_in_core_or_tui_is_over_600_lines() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_a_sqlite_worker_loads_neither_the_orm_nor_postgresql_nor_a_pdf_library(
+    tmp_path: Path,
+) -> None:
+    """What a worker imports is its start-up time (bench.ingest prints it): on a SQLite
+    ledger it has no use for SQLAlchemy's ORM or asyncio extension, the PostgreSQL
+    dialect, or a PDF library (those load in the parser process). The ledger exists
+    already, as it does for every worker but the first (migrating loads Alembic)."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from core import Ledger, Settings, sqlite_url
+
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "store")
+
+    async def create() -> None:
+        await (await Ledger.open(settings)).close()
+
+    asyncio.run(create())
+    program = (
+        "import runpy, sys\n"
+        "sys.argv = ['ingestdesk', '--db', sys.argv[1], '--store', sys.argv[2],\n"
+        "            'worker', '--until-idle', '--parser', 'pdfium']\n"
+        "try:\n"
+        "    runpy.run_module('core.cli', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path / "ledger.db"), str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert run.returncode == 0, run.stderr
+    loaded = set(run.stdout.splitlines()[-1].split())
+    assert "core.ingest.worker" in loaded and "sqlalchemy" in loaded  # it did run
+    unwanted = ("sqlalchemy.orm", "sqlalchemy.ext.asyncio", "sqlalchemy.dialects.postgresql")
+    assert [m for m in unwanted if m in loaded] == []
+    assert [m for m in loaded if m.split(".")[0] in ("pypdf", "pypdfium2")] == []

@@ -37,7 +37,13 @@ from core.errors import BadInput
 from core.gc_tuning import freeze_startup_objects
 from core.ingest.chunker import validate_chunking
 from core.ingest.parse_pool import ParserPool
-from core.ingest.parsing import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, PARSERS
+from core.ingest.parsing import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    PARSERS,
+    ParserUnavailable,
+    parser_info,
+)
 from core.safe_text import check_identifier
 
 if TYPE_CHECKING:
@@ -143,9 +149,12 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         except argparse.ArgumentTypeError as exc:
             raise BadInput(f"--provider: {exc}") from None
     if args.parser == "pdfium":
+        # Asked of the installed packages, not by importing pypdfium2 (~12 ms of a
+        # worker's start-up): only the parser process loads it, and the pipeline
+        # records the same version on every task.
         try:
-            import pypdfium2  # noqa: F401
-        except ImportError as exc:
+            parser_info("pdfium")
+        except ParserUnavailable as exc:
             raise BadInput(
                 "--parser pdfium needs the extra: pip install 'ingestdesk[pdfium]'"
             ) from exc

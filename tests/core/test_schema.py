@@ -191,7 +191,7 @@ async def test_the_migrations_make_the_schema_the_code_declares_on_postgres(
     from sqlalchemy.ext.asyncio import create_async_engine
     from sqlalchemy.pool import NullPool
 
-    from core.ledger.schema import METADATA
+    from core.ledger.schema import with_postgresql_options
 
     await (await Ledger.open(Settings(db_url=pg_url, store_root=tmp_path / "s"))).close()
     # No pool: the one connection closes when the block ends, not when a pool is
@@ -203,7 +203,7 @@ async def test_the_migrations_make_the_schema_the_code_declares_on_postgres(
                 lambda sync: list(
                     compare_metadata(
                         MigrationContext.configure(sync, opts={"include_name": search_index}),
-                        METADATA,
+                        with_postgresql_options(),
                     )
                 )
             )
