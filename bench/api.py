@@ -35,6 +35,7 @@ import httpx
 from bench.common import (
     REPO_ROOT,
     Target,
+    compile_bytecode,
     fmt_num,
     ingestdesk_command,
     print_header,
@@ -297,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="reduced run (< 60 s)")
     parser.add_argument("--dir", type=Path, help="parent of the work directory (default: temp)")
     args = parser.parse_args(argv)
+    compile_bytecode()
     parent = args.dir or Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="bench-api-", dir=parent))

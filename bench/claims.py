@@ -63,6 +63,7 @@ from bench.common import (
     SqlCounts,
     SqliteTracer,
     Target,
+    compile_bytecode,
     fmt_num,
     fmt_ratio,
     load_line,
@@ -1092,6 +1093,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="work directory (default: a new temp dir)")
     parser.add_argument("--drain-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    compile_bytecode()
     if args.drain_worker:
         answer = asyncio.run(drain_worker(json.loads(args.drain_worker)))
         print(json.dumps(answer))

@@ -73,6 +73,7 @@ from bench.common import (
     REPO_ROOT,
     RSSMonitor,
     Target,
+    compile_bytecode,
     fmt_num,
     load_line,
     peak_rss_kb,
@@ -1355,6 +1356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writer", help=argparse.SUPPRESS)
     parser.add_argument("--dashboard", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    compile_bytecode()
     if args.writer:
         print(json.dumps(asyncio.run(writer_main(json.loads(args.writer)))), flush=True)
         return 0

@@ -50,6 +50,7 @@ from bench.common import (
     SqlCounts,
     SqliteTracer,
     Target,
+    compile_bytecode,
     fmt_num,
     fmt_ratio,
     ingestdesk_command,
@@ -668,6 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="reduced run (< 60 s)")
     parser.add_argument("--dir", type=Path, help="parent of the work directory (default: temp)")
     args = parser.parse_args(argv)
+    compile_bytecode()
     plan = QUICK if args.quick else FULL
     workdir = Path(tempfile.mkdtemp(prefix="bench-ingest-", dir=args.dir))
     started = time.perf_counter()
