@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,6 +15,26 @@ import pytest
 from core import Ledger, Settings, sqlite_url
 
 PG_URL_ENV = "INGESTDESK_TEST_PG_URL"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def interruptible_children() -> Iterator[None]:
+    """Processes the tests start can be interrupted, however the suite was started.
+
+    A shell starts a background job (``pytest ... &``) with SIGINT ignored, and an
+    ignored signal stays ignored across exec: every CLI the Ctrl-C tests start would
+    then shrug off their SIGINT (as it should, in a background job) and those tests
+    fail for the way the suite was launched. A handled signal is reset to its default
+    on exec, so handling it here gives each child Python's own Ctrl-C behaviour.
+    """
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class FakeClock:
