@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from core.cli.command import Command, on_ledger
 from core.cli.output import Output
 from core.errors import BadInput, ProviderUnreachable
+from core.safe_text import visible
 
 if TYPE_CHECKING:
     from core.ingest.providers import RemoteProvider
@@ -24,10 +25,22 @@ def provider_url(value: str) -> str:
     """An argparse type for ``--provider``: an http(s) URL."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  # raises for a port out of range or not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(
-            f"{value!r} is not a provider URL (e.g. http://127.0.0.1:8100)"
+            f"{visible(value)!r} is not a provider URL (e.g. http://127.0.0.1:8100)"
+        )
+    if parts.query or parts.fragment:
+        # Requests go to paths under the URL; a query would not travel with them.
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        port = "" if parts.port is None else f":{parts.port}"
+        raise argparse.ArgumentTypeError(
+            f"{parts.scheme}://{host}{port}{visible(parts.path)}: a provider URL takes "
+            "no query or fragment"
         )
     return value.rstrip("/")
 

@@ -212,7 +212,11 @@ class HttpProvider:
         self.name = name
         self.version = version
         self.dimensions = dimensions
-        self.endpoint = url
+        # What the shared ledger records with each request and what reconcile connects
+        # to later: never the credentials or query (API keys) a URL may carry, which
+        # every reader of the ledger would see. A provider that needs them is
+        # reconciled with ``ingestdesk reconcile --provider URL``.
+        self.endpoint = shown_url(url)
         self.resend_safe = resend_safe
         self._shown = shown_url(url)
 

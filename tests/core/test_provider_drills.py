@@ -10,6 +10,7 @@ import json
 import random
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -24,8 +25,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from core import ErrorCode, Ledger, Settings, TaskStatus
-from core.config import sqlite_url
+from core import ErrorCode, Ledger, Settings, TaskStatus, sqlite_url
 from core.ingest.http_provider import HttpProvider
 from core.ingest.parse_pool import ParserPool
 from core.ingest.providers import request_key
@@ -520,3 +520,48 @@ async def test_a_batch_with_workers_killed_and_replies_lost_ends_settled_and_nev
     assert stats["lost_replies"] > 0  # the chaos really happened
     # Never twice: every request key the provider saw, it saw once.
     assert stats["submits"] == stats["distinct_keys"]
+
+
+def test_credentials_in_the_provider_url_never_reach_the_ledger(
+    tmp_path: Path, provider: DemoProvider
+) -> None:
+    """A worker given ``http://user:secret@host`` records the bare endpoint, neither the
+    worker's log nor ``reconcile`` shows the secret, and a URL with a query (which
+    would not travel with the requests) is refused without echoing it."""
+    url = provider.url.replace("http://", "http://ops:hunter2@")
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "s")
+
+    async def add() -> None:
+        async with await Ledger.open(settings) as ledger:
+            await submit(ledger, note(7), "with-credentials.md")
+
+    asyncio.run(add())
+    base = [sys.executable, "-m", "core.cli", "--db", settings.db_url, "--store"]
+    base.append(str(settings.store_root))
+    worker = subprocess.run(
+        [*base, "worker", "--until-idle", "--provider", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 0, worker.stderr
+    with_query = subprocess.run(
+        [*base, "worker", "--until-idle", "--provider", f"{url}/?api_key=k3y-s3cret"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert with_query.returncode == 2
+    assert "takes no query" in with_query.stderr
+    reconciled = subprocess.run(
+        [*base, "reconcile", "--all"], capture_output=True, text=True, timeout=60
+    )
+    assert reconciled.returncode == 0, reconciled.stderr
+    with sqlite3.connect(tmp_path / "ledger.db") as conn:
+        rows = conn.execute("SELECT endpoint, state FROM provider_requests").fetchall()
+        options = conn.execute("SELECT options FROM ingestion_tasks").fetchall()
+    conn.close()
+    assert rows == [(provider.url, "done")]
+    seen = [*map(str, rows), *map(str, options), worker.stdout, worker.stderr]
+    seen += [reconciled.stdout, reconciled.stderr, with_query.stderr]
+    assert not [text for text in seen if "hunter2" in text or "k3y-s3cret" in text]
