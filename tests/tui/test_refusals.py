@@ -5,6 +5,8 @@ folder full of hostile names, and a ledger URL that holds a password."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +115,15 @@ def n_lines(text: str) -> int:
 
 
 async def test_submit_screen_opens_on_a_folder_of_hostile_names(
-    empty: Seeded, tmp_path: Path, monkeypatch: Any
+    empty: Seeded, request: pytest.FixtureRequest, monkeypatch: Any
 ) -> None:
     # The folder's path holds "[/x]", which is not valid markup: the screen used to
-    # raise MarkupError while opening, and take the dashboard down with it.
-    folder = tmp_path / "[" / "x] incoming"
+    # raise MarkupError while opening, and take the dashboard down with it. Made under
+    # a short temporary folder of fixed length, not tmp_path: the dialog wraps the
+    # path, and a longer tmp_path (pytest-xdist adds a segment) moved the wrap into it.
+    short = Path(tempfile.mkdtemp(prefix="h"))
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
+    folder = short / "[" / "x] incoming"
     folder.mkdir(parents=True)
     for name in ("[bold]x.md", "[@click=app.quit]quit.md", "ev\x1b[2J.md"):
         (folder / name).write_text("a file with a hostile name")
