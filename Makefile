@@ -17,7 +17,7 @@ typecheck:
 	$(PY) -m mypy
 
 test:
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 screenshots:
 	$(PY) scripts/screenshots.py
