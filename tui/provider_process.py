@@ -65,6 +65,7 @@ def serve_command(directory: Path, faults: Sequence[str] = DEMO_FAULTS) -> list[
         "serve",
         "--port",
         "0",
+        "--exit-with-parent",  # a dashboard killed with kill -9 leaves no provider behind
         *faults,
         "--db",
         str(directory / PROVIDER_DB_FILE),

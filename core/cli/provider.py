@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.cli.command import Command
 from core.cli.options import whole_number
@@ -17,12 +20,16 @@ from core.config import DEFAULT_HOME
 from core.errors import BadInput
 from core.ingest.embedder import DEFAULT_DIMENSIONS
 
+if TYPE_CHECKING:
+    from core.demo_provider import ProviderServer
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8100
 DEFAULT_DB_FILE = "provider.sqlite3"  # in the data directory, next to the ledger's default
 MAX_DIMENSIONS = 8_192  # floats per vector: beyond it a typo, and megabytes per text
 MAX_SLOW_S = 3_600.0  # seconds
 MAX_SEED = 2**63 - 1
+PARENT_CHECK_EVERY_S = 0.5  # seconds between checks that the starter still lives
 
 
 def _probability(value: str) -> float:
@@ -126,6 +133,12 @@ def _provider_arguments(parser: argparse.ArgumentParser) -> None:
         help="seed of the fault draws, for runs that repeat exactly",
     )
     serve.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when the process that started this one ends, even by kill -9 (the "
+        "dashboard's demo starts its provider so)",
+    )
+    serve.add_argument(
         "--declare-resend-safe",
         action="store_true",
         help="tell clients a repeated submit is safe (off: an unknown outcome the "
@@ -189,8 +202,25 @@ def run_provider(args: argparse.Namespace, out: Output) -> int:
     # The first line, exactly: scripts and tests read the URL from it.
     write_line(f"provider listening on http://{where}:{port}")
     flush()
+    if getattr(args, "exit_with_parent", False):
+        _stop_with_parent(server)
     server.serve_until_stopped()
     return EXIT_OK
+
+
+def _stop_with_parent(server: ProviderServer) -> None:
+    """Stop ``server`` cleanly once this process's parent is gone: an orphan is
+    handed to another parent, so a changed parent pid means the starter died (a
+    dashboard killed with ``kill -9`` gets no chance to stop its provider)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not server.stopping.wait(PARENT_CHECK_EVERY_S):
+            if os.getppid() != parent:
+                server.stop()
+                return
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 PROVIDER = Command(

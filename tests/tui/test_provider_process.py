@@ -137,3 +137,55 @@ async def test_workers_embed_through_the_provider(empty: Seeded, tmp_path: Path)
     requests = await empty.ledger.providers.for_task(task.task_id)
     assert requests and {r.state for r in requests} == {RequestState.DONE}
     assert all(r.endpoint == provider.endpoint for r in requests)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (an exited one waiting to be reaped is not)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    state = next(line for line in status.splitlines() if line.startswith("State:"))
+    return "Z" not in state.split()[1]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_a_dashboard_killed_with_kill_9_leaves_no_provider_behind(tmp_path: Path) -> None:
+    """The demo's provider, started as the dashboard starts it, ends when its starter
+    is killed with SIGKILL (which gives the starter no chance to stop it)."""
+    import signal
+    import subprocess
+    import time
+
+    starter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import asyncio, sys\n"
+            "from pathlib import Path\n"
+            "from tui.provider_process import ProviderProcess\n"
+            "async def main():\n"
+            "    provider = await ProviderProcess.start(Path(sys.argv[1]))\n"
+            "    print(provider.process.pid, flush=True)\n"
+            "    await asyncio.sleep(3600)\n"
+            "asyncio.run(main())\n",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    assert starter.stdout is not None
+    provider_pid = int(starter.stdout.readline())
+    assert _running(provider_pid)
+    starter.send_signal(signal.SIGKILL)
+    starter.wait(10)
+    starter.stdout.close()
+    deadline = time.monotonic() + 10
+    while _running(provider_pid) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    try:
+        assert not _running(provider_pid), "the provider outlived its dashboard"
+    finally:
+        if _running(provider_pid):
+            os.kill(provider_pid, signal.SIGKILL)
