@@ -79,17 +79,16 @@ class Versions:
             Conflict: a version of the document is processing (cancel its task first).
         """
         check_identifier(actor, "actor")
+        # Asked before the original is stored too, so an unknown document or a refusal
+        # leaves no object behind; the write transaction asks again (the answer may
+        # change in between).
+        await self._tx.read(lambda conn: _refuse_while_processing(_family(conn, document_id)))
         [draft] = await self._operator.stored_drafts([(data, name)])
         now = self.clock()
 
         def tx(conn: Connection) -> DocumentView:
             family = _family(conn, document_id)
-            busy = [v for v in family if v.status == DocumentStatus.PROCESSING.value]
-            if busy:
-                raise Conflict(
-                    f"version {busy[0].version_no} of document {busy[0].family_id[:8]} "
-                    f"({busy[0].id[:8]}) is processing; cancel its task or let it finish first"
-                )
+            _refuse_while_processing(family)
             newest = max(v.version_no for v in family)
             new_id = str(draft["id"])
             row = dict(draft) | {"family_id": family[0].family_id, "version_no": newest + 1}
@@ -311,6 +310,17 @@ class Versions:
             return DocumentView.from_row(row)
 
         return await self._tx.write(tx)
+
+
+def _refuse_while_processing(family: list[Row[Any]]) -> None:
+    """Raises Conflict if a version of ``family`` is processing: a new candidate
+    would supersede it under its worker."""
+    busy = [v for v in family if v.status == DocumentStatus.PROCESSING.value]
+    if busy:
+        raise Conflict(
+            f"version {busy[0].version_no} of document {busy[0].family_id[:8]} "
+            f"({busy[0].id[:8]}) is processing; cancel its task or let it finish first"
+        )
 
 
 def _family(conn: Connection, document_id: str) -> list[Row[Any]]:

@@ -208,8 +208,13 @@ async def test_a_new_version_supersedes_waiting_candidates_but_not_a_processing_
     assert v3.version_no == 3
     assert (await ledger.reads.get_document(v2.document_id)).status is DocumentStatus.RETIRED
     await ledger.operator.submit(v3.document_id)
+    objects = sorted(ledger.settings.store_root.rglob("*"))
     with pytest.raises(Conflict, match="is processing"):
         await ledger.versions.replace(v1.document_id, b"lighthouse epsilon\n", "guide.md")
+    with pytest.raises(NotFound):
+        await ledger.versions.replace("f" * 32, b"lighthouse zeta\n", "guide.md")
+    # Refused before the original was stored: no object is left behind.
+    assert sorted(ledger.settings.store_root.rglob("*")) == objects
 
 
 async def test_a_worker_of_an_old_version_cannot_touch_the_new_one(ledger: Ledger) -> None:
