@@ -61,6 +61,12 @@ class ProviderUnreachable(IngestDeskError):
     exit_code = 1
 
 
+class WorkerStopped(IngestDeskError):
+    """The worker stopped: it cannot do the work (its tasks went back to the queue)."""
+
+    exit_code = 1
+
+
 class ObjectReadError(IngestDeskError):
     """The stored original is missing or does not match its checksum."""
 

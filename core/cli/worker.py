@@ -33,7 +33,7 @@ from core.cli.options import identifier, seconds, settings_from_args, whole_numb
 from core.cli.output import EXIT_OK, Output
 from core.cli.review import provider_url
 from core.config import Settings
-from core.errors import BadInput
+from core.errors import BadInput, WorkerStopped
 from core.gc_tuning import freeze_startup_objects
 from core.ingest.chunker import validate_chunking
 from core.ingest.parse_pool import ParserPool
@@ -271,6 +271,8 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
             await ledger.close()
             if provider is not None:
                 await provider.aclose()
+    if worker.fault is not None:
+        raise WorkerStopped(f"worker={worker.worker_id} stopped: {worker.fault}")
     stats = worker.stats
     summary: dict[str, Any] = {
         "worker_id": worker.worker_id,

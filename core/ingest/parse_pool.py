@@ -228,6 +228,8 @@ class ParserPool:
                 parser twice ("parser process died"; one death is retried).
             ValueError, ParserUnavailable: Bad arguments or a missing parser library,
                 checked before any child is involved.
+            ParserStartFailed: No parser process could be started (this worker's
+                fault, not the document's).
             RuntimeError: The pool is closed, or was closed during this parse.
         """
         # The one check of these options (see ParseRequest): here in the parent, so a

@@ -80,6 +80,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_launcher)
 
 
+class ParserStartFailed(RuntimeError):
+    """A parser process could not be started or did not become ready (no memory or
+    processes left for a new one, a broken installation): this worker's fault, never
+    the document's."""
+
+
 class TimedOut:
     """A parse that used up its time budget (the child has been killed and reaped)."""
 
@@ -135,7 +141,12 @@ class ParserProcess:
                 str(os.getpid()),
                 *sys.path,
             ]
-            self._process = _launcher().submit(_popen, argv, child_fd).result()
+            try:
+                self._process = _launcher().submit(_popen, argv, child_fd).result()
+            except OSError as exc:  # fork or exec refused: EAGAIN, ENOMEM, ENOENT
+                raise ParserStartFailed(
+                    f"cannot start a parser process: {exc.strerror or type(exc).__name__}"
+                ) from exc
         except BaseException:
             parent_end.close()
             raise
@@ -155,7 +166,7 @@ class ParserProcess:
         if not ready:
             self.kill()
             exitcode = self.reap()
-            raise RuntimeError(f"parser process failed to start (exit code {exitcode})")
+            raise ParserStartFailed(f"parser process failed to start (exit code {exitcode})")
         self.ready = True
 
     def start(self) -> None:
@@ -249,4 +260,4 @@ def _popen(argv: list[str], child_fd: int) -> subprocess.Popen[bytes]:
     )
 
 
-__all__ = ["CHILD_STOP_GRACE_S", "Died", "ParserProcess", "TimedOut"]
+__all__ = ["CHILD_STOP_GRACE_S", "Died", "ParserProcess", "ParserStartFailed", "TimedOut"]

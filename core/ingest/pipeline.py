@@ -26,6 +26,7 @@ from core.ingest.embedding import (
 )
 from core.ingest.keys import CHUNKER_VERSION, processing_key, result_checksum
 from core.ingest.parse_pool import ParserPool, estimate_pages_async
+from core.ingest.parser_process import ParserStartFailed
 from core.ingest.parsing import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -95,10 +96,15 @@ class PipelineOptions:
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP
 
 
+# The outcome of an attempt handed back because no parser process could start.
+PARSER_UNAVAILABLE = "parser_unavailable"
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """How one attempt ended: succeeded, failed (with a code), or lost (the task was
-    taken away: cancelled or reaped, nothing more was written)."""
+    """How one attempt ended: succeeded, failed (with a code), lost (the task was
+    taken away: cancelled or reaped, nothing more was written), or handed back
+    (:data:`PARSER_UNAVAILABLE`)."""
 
     task_id: str
     result: str
@@ -156,6 +162,14 @@ class Pipeline:
             return await self._defer(claim, neutralise(str(exc)), say)
         except NotFound as exc:
             return await fail(ErrorCode.DOCUMENT_NOT_FOUND, error_detail_of(exc))
+        except ParserStartFailed as exc:
+            # This worker cannot parse at all; the document is not at fault. The task
+            # goes back (claimable at once, the attempt not counted) for a worker that
+            # can, and the worker stops (see Worker).
+            detail = neutralise(str(exc))
+            await self.ledger.queue.hand_back(claim, reason=f"handed back: {detail}")
+            say(f"handed back task={claim.task_id[:8]}: {detail}")
+            return Outcome(claim.task_id, PARSER_UNAVAILABLE, detail=detail)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an unclassified fault in ingestdesk itself

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from core.errors import error_detail_of
 from core.ingest.embedder import Embedder, HashingEmbedder
 from core.ingest.parse_pool import ParserPool
-from core.ingest.pipeline import Outcome, Pipeline, PipelineOptions
+from core.ingest.pipeline import PARSER_UNAVAILABLE, Outcome, Pipeline, PipelineOptions
 from core.ingest.providers import RemoteProvider
 from core.ingest.reconcile import reconcile_with
 from core.ledger import Claim, Ledger
@@ -129,6 +129,8 @@ class Worker:
         self._queued: deque[Claim] = deque()  # claimed ahead, not started yet
         self._task_s: float | None = None  # moving average of a task's wall time
         self._state = "idle"
+        # Why the worker stopped by itself (it cannot parse), or None.
+        self.fault: str | None = None
 
     # --------------------------------------------------------------- state
 
@@ -233,6 +235,15 @@ class Worker:
         average = self._task_s
         self._task_s = took if average is None else average + TASK_TIME_SMOOTHING * (took - average)
         self.stats.outcomes[claim.task_id] = outcome.result
+        if outcome.result == PARSER_UNAVAILABLE and self.fault is None:
+            # Every further claim would be handed back the same way: stop, and say why.
+            self.fault = outcome.detail or "no parser process could start"
+            self._say(
+                "stopped",
+                f"worker={self.worker_id} stops: {self.fault}; its tasks go back to the queue",
+                claim.task_id,
+            )
+            self.stop()
         return outcome
 
     async def close(self) -> None:

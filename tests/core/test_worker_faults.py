@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -257,3 +258,67 @@ async def test_a_worker_id_with_control_characters_is_refused_when_the_worker_is
 
     # Nothing was claimed or registered on its behalf.
     assert (await ledger.reads.get_task(task_id)).status is TaskStatus.QUEUED
+
+
+# ------------------------------------------------ a parser process that cannot start
+
+
+async def test_a_parser_that_cannot_start_hands_the_task_back_and_stops_the_worker(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No parser process can start (here: the interpreter they run is /bin/false): the
+    document is not at fault, so its task goes back claimable and uncounted, and the
+    worker stops saying why instead of failing every task it claims."""
+    first = await add(ledger, hostile.make_pdf(["lighthouse keeper one"]), "one.pdf")
+    second = await add(ledger, hostile.make_pdf(["lighthouse keeper two"]), "two.pdf")
+    events: list[WorkerEvent] = []
+    with monkeypatch.context() as broken:
+        broken.setattr(sys, "executable", "/bin/false")
+        async with ParserPool(workers=1) as pool:
+            worker = Worker(ledger, "w-broken", pool=pool, on_event=events.append)
+            await asyncio.wait_for(worker.run(until_idle=True), 60)
+    assert worker.fault is not None and "failed to start" in worker.fault
+    assert any(e.kind == "stopped" for e in events)
+    for task_id in (first, second):
+        task = await ledger.reads.get_task(task_id)
+        assert task.status in (TaskStatus.QUEUED, TaskStatus.RETRY_WAIT), task
+        assert (task.error_code, task.attempt < task.max_attempts) == (None, True)
+    # A worker that can parse takes both over.
+    async with ParserPool(workers=1) as pool:
+        await Worker(ledger, "w-healthy", pool=pool).run(until_idle=True)
+    for task_id in (first, second):
+        assert (await ledger.reads.get_task(task_id)).status is TaskStatus.SUCCEEDED
+
+
+def test_the_worker_command_stops_with_one_line_when_no_parser_can_start(
+    settings: Settings,
+) -> None:
+    async def add_one() -> str:
+        async with await Ledger.open(settings) as ledger:
+            return await add(ledger, hostile.make_pdf(["lighthouse keeper"]), "one.pdf")
+
+    task_id = asyncio.run(add_one())
+    program = (
+        "import runpy, sys\n"
+        "sys.executable = '/bin/false'  # what every parser process would run\n"
+        "sys.argv = ['ingestdesk', *sys.argv[1:]]\n"
+        "runpy.run_module('core.cli', run_name='__main__')\n"
+    )
+    ledger_args = ["--db", settings.db_url, "--store", str(settings.store_root)]
+    worker_args = ["worker", "--until-idle", "--worker-id", "w-broken"]
+    done = subprocess.run(
+        [sys.executable, "-c", program, *ledger_args, *worker_args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.splitlines()[-1] == (
+        "ingestdesk: worker=w-broken stopped: parser process failed to start (exit code 1)"
+    )
+
+    async def status() -> TaskStatus:
+        async with await Ledger.open(settings) as ledger:
+            return (await ledger.reads.get_task(task_id)).status
+
+    assert asyncio.run(status()) in (TaskStatus.QUEUED, TaskStatus.RETRY_WAIT)
