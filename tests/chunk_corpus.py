@@ -13,13 +13,16 @@ Run as a script (not ``-m``) so it can be pointed at another tree's ``core`` wit
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import random
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.ingest.chunker import Chunk
+    from core.ledger import ChunkRecord
 
 PARSERS = ("pypdf", "pdfium")
 # (chunk_size, chunk_overlap): the defaults, and a small size that cuts often.
@@ -27,44 +30,16 @@ CHUNKINGS = ((1000, 150), (200, 50))
 SEED = 13
 
 
-class ChunkLike(Protocol):
-    @property
-    def ordinal(self) -> int: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def page(self) -> int | None: ...
-    @property
-    def char_start(self) -> int: ...
-    @property
-    def char_end(self) -> int: ...
-
-
-def chunk_digest(chunks: Iterable[ChunkLike]) -> str:
+def chunk_digest(chunks: Iterable[Chunk | ChunkRecord]) -> str:
     """sha256 over every chunk's ordinal, page, offsets and text, in order."""
     rows = [[c.ordinal, c.page, c.char_start, c.char_end, c.text] for c in chunks]
     return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()
 
 
-def _pdf(pages: Sequence[str]) -> bytes:
-    from reportlab.lib.pagesizes import letter
-    from reportlab.pdfgen import canvas
-
-    buffer = io.BytesIO()
-    pdf = canvas.Canvas(buffer, pagesize=letter, invariant=1)
-    for text in pages:
-        lines = pdf.beginText(40, 750)
-        lines.setFont("Helvetica", 9)
-        for line in text.splitlines():
-            lines.textLine(line)
-        pdf.drawText(lines)
-        pdf.showPage()
-    pdf.save()
-    return buffer.getvalue()
-
-
 def documents() -> list[tuple[str, str, bytes]]:
     """``(name, kind, bytes)`` for every document of the corpus, the same on every run."""
+    from tests.hostile import make_pdf  # reportlab, with its dates and ids pinned
+
     rng = random.Random(SEED)
     letters = "etaoinshrdlucmfwypvbgkjqxz"
     vocabulary = ["".join(rng.choices(letters, k=rng.randint(1, 12))) for _ in range(2_000)]
@@ -76,12 +51,12 @@ def documents() -> list[tuple[str, str, bytes]]:
         return "\n".join(line(words) for _ in range(lines))
 
     docs: list[tuple[str, str, bytes]] = [
-        ("light.pdf", "pdf", _pdf([page(20, 13) for _ in range(12)])),
-        ("heavy.pdf", "pdf", _pdf([page(70, 16) for _ in range(4)])),
+        ("light.pdf", "pdf", make_pdf([page(20, 13) for _ in range(12)])),
+        ("heavy.pdf", "pdf", make_pdf([page(70, 16) for _ in range(4)])),
         (
             "mixed.pdf",
             "pdf",
-            _pdf(
+            make_pdf(
                 [
                     page(5, 13),
                     "",  # an empty page between two full ones

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 from core import Ledger, Settings, TaskStatus, sqlite_url
 from core.ingest.embedder import HashingEmbedder
 from tests import chunk_corpus
+from tests.core.test_worker import cli
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "chunks_golden.json").read_text("utf-8"))
 
@@ -80,26 +79,16 @@ def test_a_worker_process_stores_the_same_chunks_and_vectors(
 ) -> None:
     settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
     names = asyncio.run(_upload_all(settings))
-    worker = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "core.cli",
-            "--db",
-            settings.db_url,
-            "--store",
-            str(settings.store_root),
-            "worker",
-            "--until-idle",
-            "--parser",
-            parser,
-            "--chunk-size",
-            str(size),
-            "--chunk-overlap",
-            str(overlap),
-        ],
-        capture_output=True,
-        text=True,
+    worker = cli(
+        settings,
+        "worker",
+        "--until-idle",
+        "--parser",
+        parser,
+        "--chunk-size",
+        str(size),
+        "--chunk-overlap",
+        str(overlap),
         timeout=120,
     )
     assert worker.returncode == 0, worker.stderr
