@@ -159,7 +159,7 @@ class Pipeline:
         except RequestFailed as exc:
             return await fail(ErrorCode.PROVIDER_FAILED, neutralise(str(exc)))
         except Deferred as exc:
-            return await self._defer(claim, neutralise(str(exc)), say)
+            return await self._defer(claim, None, neutralise(str(exc)), say)
         except NotFound as exc:
             return await fail(ErrorCode.DOCUMENT_NOT_FOUND, error_detail_of(exc))
         except ParserStartFailed as exc:
@@ -306,7 +306,7 @@ class Pipeline:
             raise TaskLost
         if holder is not None:
             reason = f"waiting for task {holder[:8]}, which is making the same result"
-            return await self._defer(claim, reason, say)
+            return await self._defer(claim, key, reason, say)
         found = await self.ledger.reads.reusable_result(key)
         if found is None or found.task_id == claim.task_id:
             return None
@@ -324,9 +324,13 @@ class Pipeline:
         )
         return Outcome(claim.task_id, "succeeded")
 
-    async def _defer(self, claim: Claim, reason: str, say: Say) -> Outcome:
-        """Hand the task back to wait for another task doing the same work."""
-        if not await self.ledger.queue.hand_back(claim, reason=reason, delay_s=KEY_WAIT_S):
+    async def _defer(self, claim: Claim, key: str | None, reason: str, say: Say) -> Outcome:
+        """Hand the task back to wait for another task doing the same work: due when
+        that task ends, or after KEY_WAIT_S at the latest."""
+        handed_back = await self.ledger.queue.hand_back(
+            claim, reason=reason, delay_s=KEY_WAIT_S, waits_for_key=key
+        )
+        if not handed_back:
             raise TaskLost
         say(f"deferred task={claim.task_id[:8]}: {reason}")
         return Outcome(claim.task_id, "deferred")

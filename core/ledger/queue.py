@@ -35,6 +35,7 @@ from core.ledger.statements import (
     PROGRESS,
     PROGRESS_WITH_OPTIONS,
     TASK_COLUMNS,
+    WAKE_KEY_WAITERS,
     held_params,
     next_revision,
 )
@@ -208,6 +209,7 @@ class WorkQueue:
             found = FINISH.rows(conn, params)
             if not found:
                 return False
+            WAKE_KEY_WAITERS.rowcount(conn, params)
             _replace_chunks(conn, claim.document_id, chunks)
             rows.move_document(
                 conn,
@@ -259,6 +261,7 @@ class WorkQueue:
             row = conn.execute(statement, held_params(claim)).first()
             if row is None:
                 return None
+            WAKE_KEY_WAITERS.rowcount(conn, {"p_task_id": claim.task_id, "p_now": now})
             # An unfinished attempt leaves no chunks (ledgers written before finish()
             # wrote chunks in a separate transaction could hold some).
             DELETE_CHUNKS.rowcount(conn, {"p_document_id": claim.document_id})
@@ -308,27 +311,28 @@ class WorkQueue:
         *,
         reason: str = "handed back on shutdown",
         delay_s: float = 0.0,
+        waits_for_key: str | None = None,
     ) -> bool:
         """Give a held task back (worker shutting down, a claim taken ahead and not
         started, or work another task is already doing): claimable again after
-        ``delay_s``. ``reason`` goes into its history."""
+        ``delay_s``. ``reason`` goes into its history. ``waits_for_key``: the
+        processing key of the running task it waits for, recorded so that task's end
+        makes it due at once."""
         now = self.clock()
-        statement = (
-            update(TASKS)
-            .where(HELD)
-            .values(
-                status=TaskStatus.RETRY_WAIT.value,
-                previous_status=TASKS.c.status,
-                # A handed-back attempt was not a failure: it does not count
-                # against the automatic retry budget.
-                max_attempts=TASKS.c.max_attempts + 1,
-                lease_expires_at=None,
-                next_attempt_at=now + delay_s,
-                updated_at=now,
-                revision=next_revision(),
-            )
-            .returning(*EVENT_SOURCE_COLUMNS)
-        )
+        values: dict[str, Any] = {
+            "status": TaskStatus.RETRY_WAIT.value,
+            "previous_status": TASKS.c.status,
+            # A handed-back attempt was not a failure: it does not count against the
+            # automatic retry budget.
+            "max_attempts": TASKS.c.max_attempts + 1,
+            "lease_expires_at": None,
+            "next_attempt_at": now + delay_s,
+            "updated_at": now,
+            "revision": next_revision(),
+        }
+        if waits_for_key is not None:
+            values["processing_key"] = waits_for_key
+        statement = update(TASKS).where(HELD).values(**values).returning(*EVENT_SOURCE_COLUMNS)
 
         def tx(conn: Connection) -> bool:
             row = conn.execute(statement, held_params(claim)).first()

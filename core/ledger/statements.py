@@ -168,6 +168,28 @@ FINISH = Prepared(
     )
     .returning(*EVENT_SOURCE_COLUMNS)
 )
+# Tasks handed back to wait for the task making their result (the same processing
+# key, see Pipeline._reuse_or_wait) are due at once when that task ends either way: its
+# result is there to reuse, or the work is theirs to do. Without this a burst worker
+# (--until-idle) found nothing claimable and left them waiting.
+_MAKER = TASKS.alias("maker")
+WAKE_KEY_WAITERS = Prepared(
+    update(TASKS)
+    .where(
+        TASKS.c.processing_key
+        == select(_MAKER.c.processing_key)
+        .where(_MAKER.c.id == bindparam("p_task_id"))
+        .scalar_subquery()
+    )
+    .where(TASKS.c.status == TaskStatus.RETRY_WAIT.value)
+    .where(TASKS.c.id != bindparam("p_task_id"))
+    .where(TASKS.c.next_attempt_at > bindparam("p_now"))
+    .values(
+        next_attempt_at=bindparam("p_now"),
+        updated_at=bindparam("p_now"),
+        revision=next_revision(),
+    )
+)
 MOVE_DOCUMENT = Prepared(
     update(DOCUMENTS)
     .where(DOCUMENTS.c.id == bindparam("p_document_id"))
