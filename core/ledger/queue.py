@@ -209,7 +209,9 @@ class WorkQueue:
             found = FINISH.rows(conn, params)
             if not found:
                 return False
-            WAKE_KEY_WAITERS.rowcount(conn, params)
+            key = found[0].processing_key
+            if key is not None:
+                WAKE_KEY_WAITERS.rowcount(conn, params | {"p_key": key})
             _replace_chunks(conn, claim.document_id, chunks)
             rows.move_document(
                 conn,
@@ -255,13 +257,20 @@ class WorkQueue:
             values["next_attempt_at"] = now + self.backoff_s(claim.attempt)
         else:
             values["status"] = TaskStatus.FAILED.value
-        statement = update(TASKS).where(HELD).values(**values).returning(*TASK_COLUMNS)
+        statement = (
+            update(TASKS)
+            .where(HELD)
+            .values(**values)
+            .returning(*TASK_COLUMNS, TASKS.c.processing_key)
+        )
 
         def tx(conn: Connection) -> TaskView | None:
             row = conn.execute(statement, held_params(claim)).first()
             if row is None:
                 return None
-            WAKE_KEY_WAITERS.rowcount(conn, {"p_task_id": claim.task_id, "p_now": now})
+            if row.processing_key is not None:
+                wake = {"p_key": row.processing_key, "p_task_id": claim.task_id, "p_now": now}
+                WAKE_KEY_WAITERS.rowcount(conn, wake)
             # An unfinished attempt leaves no chunks (ledgers written before finish()
             # wrote chunks in a separate transaction could hold some).
             DELETE_CHUNKS.rowcount(conn, {"p_document_id": claim.document_id})
