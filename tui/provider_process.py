@@ -65,7 +65,9 @@ def serve_command(directory: Path, faults: Sequence[str] = DEMO_FAULTS) -> list[
         "serve",
         "--port",
         "0",
-        "--exit-with-parent",  # a dashboard killed with kill -9 leaves no provider behind
+        # A dashboard killed with kill -9 leaves no provider behind.
+        "--parent-pid",
+        str(os.getpid()),
         *faults,
         "--db",
         str(directory / PROVIDER_DB_FILE),

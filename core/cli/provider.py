@@ -30,6 +30,7 @@ MAX_DIMENSIONS = 8_192  # floats per vector: beyond it a typo, and megabytes per
 MAX_SLOW_S = 3_600.0  # seconds
 MAX_SEED = 2**63 - 1
 PARENT_CHECK_EVERY_S = 0.5  # seconds between checks that the starter still lives
+MAX_PID = 2**22  # Linux's pid_max ceiling
 
 
 def _probability(value: str) -> float:
@@ -133,10 +134,12 @@ def _provider_arguments(parser: argparse.ArgumentParser) -> None:
         help="seed of the fault draws, for runs that repeat exactly",
     )
     serve.add_argument(
-        "--exit-with-parent",
-        action="store_true",
-        help="stop when the process that started this one ends, even by kill -9 (the "
-        "dashboard's demo starts its provider so)",
+        "--parent-pid",
+        type=whole_number(1, MAX_PID),
+        default=None,
+        metavar="PID",
+        help="stop when process PID, which started this one, ends, even by kill -9 (the "
+        "dashboard's demo passes its own)",
     )
     serve.add_argument(
         "--declare-resend-safe",
@@ -202,23 +205,23 @@ def run_provider(args: argparse.Namespace, out: Output) -> int:
     # The first line, exactly: scripts and tests read the URL from it.
     write_line(f"provider listening on http://{where}:{port}")
     flush()
-    if getattr(args, "exit_with_parent", False):
-        _stop_with_parent(server)
+    if getattr(args, "parent_pid", None) is not None:
+        _stop_with_parent(server, args.parent_pid)
     server.serve_until_stopped()
     return EXIT_OK
 
 
-def _stop_with_parent(server: ProviderServer) -> None:
-    """Stop ``server`` cleanly once this process's parent is gone: an orphan is
-    handed to another parent, so a changed parent pid means the starter died (a
-    dashboard killed with ``kill -9`` gets no chance to stop its provider)."""
-    parent = os.getppid()
+def _stop_with_parent(server: ProviderServer, parent: int) -> None:
+    """Stop ``server`` cleanly once ``parent`` is no longer this process's parent: an
+    orphan is handed to another parent, so that means the starter died (a dashboard
+    killed with ``kill -9`` gets no chance to stop its provider). The starter names
+    itself: a pid read here could already be the new parent's."""
 
     def watch() -> None:
-        while not server.stopping.wait(PARENT_CHECK_EVERY_S):
-            if os.getppid() != parent:
-                server.stop()
+        while os.getppid() == parent:
+            if server.stopping.wait(PARENT_CHECK_EVERY_S):
                 return
+        server.stop()
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
