@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from core import ErrorCode, Ledger, ParserPool, TaskStatus, Worker
+from core import Claim, ErrorCode, Ledger, ParserPool, TaskStatus, Worker
 from core.ingest.keys import canonical_options, processing_key
 from tests import hostile
 from tests.conftest import FakeClock
@@ -127,9 +127,9 @@ async def test_a_result_that_no_longer_verifies_is_made_again(ledger: Ledger) ->
     assert done.status is TaskStatus.SUCCEEDED and "reused_from" not in done.options
 
 
-async def test_a_second_task_with_the_same_key_waits_for_the_running_one(
-    ledger: Ledger,
-) -> None:
+async def twins_on_one_key(ledger: Ledger) -> tuple[Claim, Claim]:
+    """Two tasks of the same content claimed by two workers: the first holds the key,
+    the second was told to wait for it."""
     added = await ledger.operator.add_many([(b"same\n", "a.md"), (b"same\n", "b.md")], submit=True)
     first, second = (t for _, t in added if t is not None)
     a = await ledger.queue.claim(first.task_id, "w1")
@@ -137,8 +137,15 @@ async def test_a_second_task_with_the_same_key_waits_for_the_running_one(
     assert a is not None and b is not None
     assert await ledger.queue.hold_key(a, "k" * 64) is None
     assert await ledger.queue.hold_key(b, "k" * 64) == first.task_id
+    return a, b
+
+
+async def test_a_second_task_with_the_same_key_waits_for_the_running_one(
+    ledger: Ledger,
+) -> None:
+    a, b = await twins_on_one_key(ledger)
     assert await ledger.queue.hand_back(b, reason="waiting", delay_s=2.0)
-    waiting = await ledger.reads.get_task(second.task_id)
+    waiting = await ledger.reads.get_task(b.task_id)
     assert waiting.status is TaskStatus.RETRY_WAIT and waiting.next_attempt_at is not None
     assert await ledger.queue.finish(a, [])
     b2 = await ledger.queue.claim_next("w2")
@@ -151,13 +158,7 @@ async def test_a_second_task_with_the_same_key_waits_for_the_running_one(
 async def test_a_waiting_twin_is_due_as_soon_as_the_task_making_its_result_ends(
     ledger: Ledger, maker_ends: str
 ) -> None:
-    added = await ledger.operator.add_many([(b"same\n", "a.md"), (b"same\n", "b.md")], submit=True)
-    first, second = (t for _, t in added if t is not None)
-    a = await ledger.queue.claim(first.task_id, "w1")
-    b = await ledger.queue.claim(second.task_id, "w2")
-    assert a is not None and b is not None
-    assert await ledger.queue.hold_key(a, "k" * 64) is None
-    assert await ledger.queue.hold_key(b, "k" * 64) == first.task_id
+    a, b = await twins_on_one_key(ledger)
     assert await ledger.queue.hand_back(b, reason="waiting", delay_s=60.0, waits_for_key="k" * 64)
     assert await ledger.queue.claim_next("w2") == []  # waiting while the first runs
     if maker_ends == "succeeds":
@@ -165,7 +166,7 @@ async def test_a_waiting_twin_is_due_as_soon_as_the_task_making_its_result_ends(
     else:
         assert await ledger.queue.fail(a, ErrorCode.PARSE_ERROR, "bad") is not None
     [again] = await ledger.queue.claim_next("w2")
-    assert again.task_id == second.task_id
+    assert again.task_id == b.task_id
 
 
 def test_the_reuse_corpus_is_big_enough_to_be_looked_up() -> None:
