@@ -15,9 +15,10 @@ Prints, in one run, on corpora generated into a temporary folder:
 
 The bare baselines run twice (before and after the pipelines) and the faster run
 counts, so a slow moment of the machine cannot flatter the pipeline; the small
-corpus's worker run goes twice too (its 3 s are as easily slowed as a bare pass). Worker times are
-wall-clock from process start to exit: interpreter start-up, imports and the parser
-child's spawn are part of what a user waits for; the start-up cost is printed too.
+corpus's worker run goes twice too (its 3 s are as easily slowed as a bare pass).
+Worker times are wall-clock from process start to exit: interpreter start-up, imports
+and the parser child's spawn are part of what a user waits for; the start-up cost is
+printed too.
 CPU time is reported next to wall time. The time and docs/s targets are judged on
 wall time, as the issue words them; the CPU ratios show what the pipeline's own work
 (embedding, the FTS5 search index) costs on top of parsing, which a worker overlaps with

@@ -209,9 +209,7 @@ class WorkQueue:
             found = FINISH.rows(conn, params)
             if not found:
                 return False
-            key = found[0].processing_key
-            if key is not None:
-                WAKE_KEY_WAITERS.rowcount(conn, params | {"p_key": key})
+            _wake_key_waiters(conn, found[0].processing_key, claim.task_id, now)
             _replace_chunks(conn, claim.document_id, chunks)
             rows.move_document(
                 conn,
@@ -268,9 +266,7 @@ class WorkQueue:
             row = conn.execute(statement, held_params(claim)).first()
             if row is None:
                 return None
-            if row.processing_key is not None:
-                wake = {"p_key": row.processing_key, "p_task_id": claim.task_id, "p_now": now}
-                WAKE_KEY_WAITERS.rowcount(conn, wake)
+            _wake_key_waiters(conn, row.processing_key, claim.task_id, now)
             # An unfinished attempt leaves no chunks (ledgers written before finish()
             # wrote chunks in a separate transaction could hold some).
             DELETE_CHUNKS.rowcount(conn, {"p_document_id": claim.document_id})
@@ -414,6 +410,13 @@ class WorkQueue:
             return [Reaped(r.id, TaskStatus(r.status), r.attempt) for r in found]
 
         return await self._tx.write(tx)
+
+
+def _wake_key_waiters(conn: Connection, key: str | None, task_id: str, now: float) -> None:
+    """The tasks waiting for ``task_id``, which held processing key ``key`` and has
+    just ended, become due now (see WAKE_KEY_WAITERS). A task without a key has none."""
+    if key is not None:
+        WAKE_KEY_WAITERS.rowcount(conn, {"p_key": key, "p_task_id": task_id, "p_now": now})
 
 
 def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRecord]) -> None:
