@@ -4,7 +4,10 @@ the CLI's other commands never load FastAPI.
 Run it with ``ingestdesk serve``, or by import path with any ASGI server, configured
 by the same environment as the CLI (``INGESTDESK_DB``, ``INGESTDESK_STORE``)::
 
-    uvicorn --factory core.api:app_from_environment
+    uvicorn --factory core.api:app_from_environment --timeout-graceful-shutdown 9
+
+(the bound ``ingestdesk serve`` sets itself, see :mod:`core.api.server`: without it,
+one stalled client keeps the server from stopping).
 """
 
 from __future__ import annotations

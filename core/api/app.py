@@ -16,6 +16,7 @@ from fastapi_offline import FastAPIOffline
 
 from core.api import documents, problems, service, tasks, versions
 from core.api.auth import Gate
+from core.api.routing import HeadAsGet
 from core.config import Settings
 from core.ledger import Ledger
 
@@ -37,8 +38,10 @@ def create_app(settings: Settings) -> FastAPI:
             await ledger.close()
 
     # The docs page's scripts are served from the package, not a CDN: it works
-    # on a machine with no internet, as the service itself does.
+    # on a machine with no internet, as the service itself does. No /redoc: the
+    # packaged ReDoc still loads its logo from cdn.redoc.ly, and /docs says it all.
     app = FastAPIOffline(
+        redoc_url=None,
         title=API_TITLE,
         version=API_VERSION,
         description="Upload documents, submit them for ingestion (202 at once), watch, "
@@ -47,6 +50,7 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
+    app.add_middleware(HeadAsGet)
     app.include_router(documents.router)
     app.include_router(versions.router)
     app.include_router(tasks.router)

@@ -9,26 +9,37 @@ A ledger with no active token at all serves local clients only, as the actor
 ``local`` with every role: that is what a developer on one machine expects, and
 ``ingestdesk serve`` refuses to bind anywhere but loopback in that state. Once a
 token exists, every request needs one.
+
+The caller is settled before a request body is read (see :mod:`core.api.routing`), so
+a client without a valid token cannot make the server hold its body.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from core.api.problems import ApiProblem
 from core.ledger import Ledger, TokenView
+from core.ledger.tokens import LOCAL_ACTOR
 from core.states import Role
 
 TOKEN_CACHE_S = 2.0  # seconds an authenticated token is trusted before it is checked again
 OPEN_MODE_CACHE_S = 2.0  # seconds the "no tokens at all" answer is trusted
-LOCAL_ACTOR = "local"
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ingestdesk"'}
+# Declares the scheme in the OpenAPI document (the docs page's Authorize button) and
+# nothing else: auto_error=False leaves every refusal to the Gate, which answers
+# problem+json with our own wording instead of FastAPI's.
+BEARER = HTTPBearer(
+    auto_error=False,
+    description="a token from `ingestdesk tokens create NAME --role viewer|operator|publisher`",
+)
 
 
 @dataclass(frozen=True)
@@ -99,24 +110,47 @@ class Gate:
         return Caller(view.name, view.role)
 
 
-def _requires(role: Role) -> Callable[[Request], Awaitable[Caller]]:
-    """A FastAPI dependency: the caller, if their role includes ``role``."""
+def _with_article(word: str) -> str:
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
-    async def dependency(request: Request) -> Caller:
+
+async def authorize(request: Request, role: Role) -> Caller:
+    """The caller of ``request``, if their role includes ``role``; else 401 or 403.
+
+    Checked once per request: the route checks it before reading the body, and the
+    endpoint's dependency then finds the answer on the request."""
+    caller = getattr(request.state, "caller", None)
+    if not isinstance(caller, Caller):
         gate: Gate = request.app.state.gate
         caller = await gate.caller(request)
-        if not caller.role.may(role):
-            raise ApiProblem(
-                403,
-                "Forbidden",
-                f"token {caller.name!r} is a {caller.role.value}; this needs {role.value}",
-            )
-        return caller
+        request.state.caller = caller
+    if not caller.role.may(role):
+        raise ApiProblem(
+            403,
+            "Forbidden",
+            f"token {caller.name!r} is {_with_article(caller.role.value)}; this needs {role.value}",
+        )
+    return caller
 
-    return dependency
+
+class Requires:
+    """A FastAPI dependency: the caller, if their role includes ``role``.
+
+    A class rather than a closure so that :class:`core.api.routing.GuardedRoute` can
+    find the role a route needs and check it before the body is read."""
+
+    def __init__(self, role: Role) -> None:
+        self.role = role
+
+    async def __call__(
+        self,
+        request: Request,
+        _bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+    ) -> Caller:
+        return await authorize(request, self.role)
 
 
 # What an endpoint asks for, by the least role that may call it.
-Viewer = Annotated[Caller, Depends(_requires(Role.VIEWER))]
-Operator = Annotated[Caller, Depends(_requires(Role.OPERATOR))]
-Publisher = Annotated[Caller, Depends(_requires(Role.PUBLISHER))]
+Viewer = Annotated[Caller, Depends(Requires(Role.VIEWER))]
+Operator = Annotated[Caller, Depends(Requires(Role.OPERATOR))]
+Publisher = Annotated[Caller, Depends(Requires(Role.PUBLISHER))]

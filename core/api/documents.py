@@ -10,10 +10,11 @@ from fastapi import APIRouter, Header, Request, Response
 from core.api.auth import Operator, Viewer
 from core.api.context import ledger_of
 from core.api.problems import responses
+from core.api.routing import GuardedRoute
 from core.api.uploads import read_upload
 from core.errors import BadInput
 
-router = APIRouter(prefix="/api/documents", tags=["documents"])
+router = APIRouter(prefix="/api/documents", tags=["documents"], route_class=GuardedRoute)
 
 IdempotencyKey = Annotated[
     str | None,
@@ -30,6 +31,7 @@ IdempotencyKey = Annotated[
     summary="Upload a document, or the next version of one, as a draft",
     responses=responses(
         {
+            400: "the multipart body cannot be read, or has too many parts or too long a field",
             404: "replaces names no document",
             409: "a version of the document replaced is processing",
             413: "the file is over the upload limit",
@@ -91,12 +93,26 @@ async def upload(
     return document.to_dict()
 
 
-@router.get("/{document_id}", summary="One document")
+NO_DOCUMENT = {404: "no document has this id"}
+
+
+@router.get("/{document_id}", summary="One document", responses=responses(NO_DOCUMENT))
 async def get_document(request: Request, document_id: str, caller: Viewer) -> dict[str, Any]:
     return (await ledger_of(request).reads.get_document(document_id)).to_dict()
 
 
-@router.post("/{document_id}/submit", status_code=202, summary="Queue a task for a draft")
+@router.post(
+    "/{document_id}/submit",
+    status_code=202,
+    summary="Queue a task for a draft",
+    responses=responses(
+        {
+            **NO_DOCUMENT,
+            409: "the document is not a draft (it is processing, or was processed)",
+            422: "the Idempotency-Key was used for another document",
+        }
+    ),
+)
 async def submit(
     request: Request,
     response: Response,
@@ -125,6 +141,8 @@ def replayed(response: Response, replay: bool) -> None:
         response.headers["Idempotent-Replayed"] = "true"
 
 
-@router.get("/{document_id}/chunks", summary="A document's chunks")
+@router.get(
+    "/{document_id}/chunks", summary="A document's chunks", responses=responses(NO_DOCUMENT)
+)
 async def chunks(request: Request, document_id: str, caller: Viewer) -> list[dict[str, Any]]:
     return [c.to_dict() for c in await ledger_of(request).reads.chunks(document_id)]

@@ -4,7 +4,9 @@ The body carries the same stable ``kind`` and one-line message the CLI prints un
 ``--json`` (``{"error": {"kind": …, "message": …}}`` there; ``kind`` and ``detail``
 here), and the HTTP status the state machines imply: a refused transition is 409,
 an unknown id 404, bad input 422 (400 when the request itself cannot be read). Never
-a traceback, a path or SQL: anything unexpected is a bare 500.
+a traceback, a path or SQL: anything unexpected is a bare 500, and an unavailable
+ledger or store is a 503 with its stable kind and a neutral line (the server log has
+the message the CLI would print).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 
 from core.errors import (
@@ -67,6 +70,14 @@ KIND_OF_STATUS = {
     422: "BadInput",
     503: "LedgerUnavailable",
 }
+# What a client is told when the ledger or the store fails. Their own messages name
+# the ledger's file or URL and quote the driver's error: right for the operator at
+# the CLI, not for whoever can reach the API. The kind stays, so clients can still
+# tell the two apart.
+UNAVAILABLE_DETAIL: tuple[tuple[type[IngestDeskError], str], ...] = (
+    (StoreUnavailable, "the object store is unavailable; try again later"),
+    (LedgerUnavailable, "the ledger is unavailable; try again later"),
+)
 
 
 # The body of every error, for the OpenAPI document.
@@ -127,12 +138,24 @@ def status_of(exc: IngestDeskError) -> int:
     return 500
 
 
+def public_detail(exc: IngestDeskError) -> str:
+    """What a client over HTTP is told of ``exc``: its message, unless it is about
+    the ledger or store being unavailable (see UNAVAILABLE_DETAIL)."""
+    for cls, detail in UNAVAILABLE_DETAIL:
+        if isinstance(exc, cls):
+            return detail
+    return exc.message
+
+
 def install(app: FastAPI) -> None:
     """Answer every error as problem+json."""
 
     @app.exception_handler(IngestDeskError)
-    async def _ours(_request: Request, exc: IngestDeskError) -> JSONResponse:
-        return problem(status_of(exc), type(exc).__name__, exc.message)
+    async def _ours(request: Request, exc: IngestDeskError) -> JSONResponse:
+        detail = public_detail(exc)
+        if detail != exc.message:
+            log.warning("%s %s: %s", request.method, request.url.path, exc.message)
+        return problem(status_of(exc), type(exc).__name__, detail)
 
     @app.exception_handler(ApiProblem)
     async def _api(_request: Request, exc: ApiProblem) -> JSONResponse:
@@ -140,12 +163,27 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        # A body that is not JSON at all is a request that cannot be read (400), not
+        # a well-formed one whose values are refused (422).
+        if any(error.get("type") == "json_invalid" for error in errors):
+            return problem(400, "BadInput", "the body is not valid JSON")
         # One line, in the CLI's manner: which parameter, and what is wrong with it.
         parts = []
-        for error in exc.errors():
+        for error in errors:
             where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("query", "path"))
             parts.append(f"{where}: {error.get('msg', 'invalid')}")
         return problem(422, "BadInput", "; ".join(parts) or "the request was not understood")
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, _exc: ClientDisconnect) -> JSONResponse:
+        # The client hung up while its body was being read (or the server hung up on a
+        # stalled one while stopping): nothing was stored and nobody is left to read
+        # an answer (the server drops it). One line, not a traceback.
+        log.info(
+            "%s %s: the client went away before its body was read", request.method, request.url.path
+        )
+        return problem(400, "BadInput", "the request body ended before it was complete")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -14,12 +14,13 @@ from starlette.responses import Response
 
 from core.api.auth import Viewer
 from core.api.context import ledger_of
-from core.errors import LedgerUnavailable
+from core.api.problems import ApiProblem
+from core.api.routing import GuardedRoute
 from core.ledger import LedgerStats
 from core.ledger.migrate import SCHEMA_HEAD
 from core.states import RequestState
 
-router = APIRouter(tags=["service"])
+router = APIRouter(tags=["service"], route_class=GuardedRoute)
 
 SEARCH_MAX = 100  # hits per search at most
 
@@ -31,7 +32,11 @@ async def healthz(request: Request) -> dict[str, Any]:
     ledger = ledger_of(request)
     schema = await ledger.schema_revision()
     if schema != SCHEMA_HEAD:
-        raise LedgerUnavailable(f"ledger schema is {schema}, this server knows {SCHEMA_HEAD}")
+        # Our own words, with no path in them: a probe may see them (a LedgerUnavailable
+        # would be answered with the neutral line).
+        raise ApiProblem(
+            503, "LedgerUnavailable", f"ledger schema is {schema}, this server knows {SCHEMA_HEAD}"
+        )
     revision = await ledger.reads.revision()
     return {"status": "ok", "backend": ledger.backend, "schema": schema, "revision": revision}
 

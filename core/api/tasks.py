@@ -5,18 +5,25 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from pydantic import BeforeValidator
 
 from core.api.auth import Operator, Viewer
 from core.api.context import ledger_of
+from core.api.problems import responses
+from core.api.routing import GuardedRoute
 from core.errors import BadInput
 from core.filters import parse_filter
-from core.ledger import TaskPosition
+from core.ledger import Ledger, TaskPosition, TaskView
 from core.states import ErrorCode, TaskStatus
 
-router = APIRouter(prefix="/api/ingestion-tasks", tags=["ingestion tasks"])
+router = APIRouter(
+    prefix="/api/ingestion-tasks", tags=["ingestion tasks"], route_class=GuardedRoute
+)
 
 
 PAGE_DEFAULT = 100  # tasks per page unless asked
@@ -29,21 +36,62 @@ def encode_cursor(position: TaskPosition) -> str:
 
 
 def decode_cursor(cursor: str) -> TaskPosition:
+    not_ours = BadInput("cursor: not a cursor this API handed out")
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, task_id = json.loads(raw)
-        return TaskPosition(float(created_at), str(task_id))
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise BadInput("cursor: not a cursor this API handed out") from exc
+    except (binascii.Error, ValueError, TypeError, RecursionError) as exc:
+        raise not_ours from exc
+    # Exactly what encode_cursor writes: a finite number and an id. A NaN (or "nan",
+    # which float() would take) compares false with every time, so a tampered cursor
+    # would be answered with an empty page instead of a refusal.
+    if (
+        isinstance(created_at, bool)
+        or not isinstance(created_at, int | float)
+        or not math.isfinite(created_at)
+        or not isinstance(task_id, str)
+        or not task_id
+    ):
+        raise not_ours
+    return TaskPosition(float(created_at), task_id)
+
+
+def _blank_is_absent(value: object) -> object:
+    return None if value == "" else value
+
+
+# An empty query value (``?status=``, what an HTML form sends for "any") narrows
+# nothing, as an absent one. A read is where "no condition" rightly means every task;
+# the CLI refuses an empty filter only for bulk actions, where it would mean acting
+# on every task, and this API has no bulk actions.
+Blank = BeforeValidator(_blank_is_absent)
+
+NOT_FOUND = {404: "no task has this id"}
+
+
+async def task_detail(
+    ledger: Ledger, task: TaskView, *, now: float, history: bool = True
+) -> dict[str, Any]:
+    """One task as ``ingestdesk task ID --json`` shows it: its fields, whether it is
+    stalled, its provider requests and (with ``history``) its history."""
+    value = task.to_dict() | {
+        "stalled": task.is_stalled(now, ledger.settings.stall_after_s),
+        "provider_requests": [r.to_dict() for r in await ledger.providers.for_task(task.task_id)],
+    }
+    if history:
+        value["history"] = [e.to_dict() for e in await ledger.reads.task_history(task.task_id)]
+    return value
 
 
 @router.get("", summary="Tasks, newest first, a page at a time")
 async def list_tasks(
     request: Request,
     caller: Viewer,
-    status: TaskStatus | None = None,
-    error_code: ErrorCode | None = None,
-    filter: Annotated[str | None, Query(description="the filter language of the CLI")] = None,
+    status: Annotated[TaskStatus | None, Blank] = None,
+    error_code: Annotated[ErrorCode | None, Blank] = None,
+    filter: Annotated[
+        str | None, Blank, Query(description="the filter language of the CLI")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> dict[str, Any]:
@@ -63,22 +111,26 @@ async def list_tasks(
     }
 
 
-@router.get("/{task_id}", summary="One task")
+@router.get("/{task_id}", summary="One task", responses=responses(NOT_FOUND))
 async def get_task(
     request: Request,
     task_id: str,
     caller: Viewer,
     history: Annotated[bool, Query(description="include the audit history")] = False,
 ) -> dict[str, Any]:
+    """The fields of ``ingestdesk task ID --json``: ``stalled`` (running, and its
+    progress has not moved for a while) and ``provider_requests`` too; the history
+    only when asked."""
     ledger = ledger_of(request)
     task = await ledger.reads.get_task(task_id)
-    value = task.to_dict()
-    if history:
-        value["history"] = [e.to_dict() for e in await ledger.reads.task_history(task.task_id)]
-    return value
+    return await task_detail(ledger, task, now=time.time(), history=history)
 
 
-@router.delete("/{task_id}", summary="Cancel a queued, running or retry_wait task")
+@router.delete(
+    "/{task_id}",
+    summary="Cancel a queued, running or retry_wait task",
+    responses=responses({**NOT_FOUND, 409: "the task is not queued, running or retry_wait"}),
+)
 async def cancel(
     request: Request, task_id: str, caller: Operator, reason: str | None = None
 ) -> dict[str, Any]:
@@ -86,7 +138,13 @@ async def cancel(
     return task.to_dict()
 
 
-@router.post("/{task_id}/retry", summary="Requeue a failed task")
+@router.post(
+    "/{task_id}/retry",
+    summary="Requeue a failed task",
+    responses=responses(
+        {**NOT_FOUND, 409: "the task (or its document) has not failed: nothing to retry"}
+    ),
+)
 async def retry(
     request: Request, task_id: str, caller: Operator, reason: str | None = None
 ) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from core.api.problems import ApiProblem
+from core.api.routing import hang_up
 
 FORM_OVERHEAD_BYTES = 64 * 1024  # room for the multipart framing and the small fields
 FIELD_MAX_BYTES = 4096  # bytes of a non-file field (name, replaces)
@@ -50,7 +51,9 @@ class Upload:
 
 
 def _too_large(max_bytes: int) -> ApiProblem:
-    return ApiProblem(413, "BadInput", f"the file is over the upload limit of {max_bytes} bytes")
+    return hang_up(
+        ApiProblem(413, "BadInput", f"the file is over the upload limit of {max_bytes} bytes")
+    )
 
 
 def _text_field(parts: list[_Part], name: str) -> str | None:

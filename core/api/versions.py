@@ -18,9 +18,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.api.auth import Operator, Publisher, Viewer
 from core.api.context import ledger_of
 from core.api.problems import responses
+from core.api.routing import GuardedRoute
 from core.errors import BadInput
 
-router = APIRouter(tags=["versions and review"])
+router = APIRouter(tags=["versions and review"], route_class=GuardedRoute)
+
+# The CLI's --expect-version limit (core.cli.documents.ROW_VERSION_MAX; a test keeps
+# the two equal): row versions are PostgreSQL integers, and a larger number reached
+# the database as a 500 (OverflowError) instead of an answer. Not imported: the CLI
+# package imports the API (serve), and the API must not import it back.
+ROW_VERSION_MAX = 2**31 - 1
 
 DOC = "/api/documents/{document_id}"
 REASON_HELP = "why, kept in the document's history"
@@ -44,6 +51,7 @@ class PublishRequest(BaseModel):
     expect_version: int | None = Field(
         None,
         ge=1,
+        le=ROW_VERSION_MAX,
         description="the row version (the document's `version`) you reviewed: if it "
         "changed since, publish is refused with 409",
     )
@@ -118,7 +126,8 @@ async def publish(
     caller: Publisher,
     body: Annotated[PublishRequest | None, Body()] = None,
     expect_version: Annotated[
-        int | None, Query(ge=1, description="as the body's, for clients without a body")
+        int | None,
+        Query(ge=1, le=ROW_VERSION_MAX, description="as the body's, for clients without a body"),
     ] = None,
     reason: QueryReason = None,
 ) -> dict[str, Any]:

@@ -38,12 +38,11 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace, out: Output) -> int:
     """Open the ledger, refuse an open server on a public address, then serve until
-    SIGINT/SIGTERM (uvicorn finishes the requests in flight, then the app closes the
-    ledger)."""
-    import uvicorn
-
+    SIGINT/SIGTERM (the requests in flight get a few seconds to finish, see
+    :mod:`core.api.server`, then the app closes the ledger)."""
     from core.api import create_app
     from core.api.auth import is_loopback
+    from core.api.server import server
     from core.ledger import Ledger
     from core.ledger.transactions import shown_url
 
@@ -65,21 +64,14 @@ def run_serve(args: argparse.Namespace, out: Output) -> int:
     # the port it became.
     listener = _listen(args.host, args.port)
     host, port = listener.getsockname()[:2]
-    config = uvicorn.Config(
-        create_app(settings),
-        log_level="info",
-        # A proxy's X-Forwarded-For must not make a remote client look local.
-        proxy_headers=False,
-        server_header=False,
-    )
-    server = uvicorn.Server(config)
+    api = server(create_app(settings))
     where = f"[{host}]" if ":" in host else host
     write_line(
         f"serving the ledger {shown_url(settings.db_url)} on http://{where}:{port} "
         "(API docs at /docs; Ctrl-C or SIGTERM stops)"
     )
     flush()
-    server.run(sockets=[listener])
+    api.run(sockets=[listener])
     return EXIT_OK
 
 

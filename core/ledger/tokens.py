@@ -19,6 +19,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, Conflict, NotFound
+from core.ledger.queue import REAPER_ACTOR
 from core.ledger.schema import API_TOKENS
 from core.ledger.transactions import Transactions
 from core.ledger.views import _View
@@ -27,6 +28,12 @@ from core.states import Role
 
 TOKEN_PREFIX = "idk_"
 SECRET_BYTES = 32  # bytes of randomness in a token's secret
+LOCAL_ACTOR = "local"  # the API's actor for a token-less local client (no token exists)
+# Actors ingestdesk records by itself: the API's token-less local client, the ledger's
+# default, the lease reaper, the demo (core.demo.DEMO_ACTOR; not imported, as core.demo
+# imports the ledger). A token named like one would make its actions in the history
+# indistinguishable from theirs.
+RESERVED_NAMES = frozenset({LOCAL_ACTOR, "system", REAPER_ACTOR, "demo"})
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,15 @@ class TokenRegistry:
 
     async def create(self, name: str, role: Role | str) -> NewToken:
         """A new token for ``name``; a name already taken (even revoked) is a conflict,
-        so the history's actor names stay unambiguous."""
+        so the history's actor names stay unambiguous. For the same reason a name
+        ingestdesk records as an actor by itself (RESERVED_NAMES) is refused."""
         check_identifier(name, "token name")
+        if name.strip().casefold() in RESERVED_NAMES:
+            reserved = ", ".join(sorted(RESERVED_NAMES))
+            raise BadInput(
+                f"token name {name.strip()!r} is reserved: ingestdesk records it as an actor "
+                f"by itself (reserved: {reserved}); pick another name"
+            )
         try:
             role = Role(role)
         except ValueError as exc:
