@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import Settings, sqlite_url
-from core.errors import BadInput, ObjectReadError, error_detail_of
+from core.errors import BadInput, IngestDeskError, ObjectReadError, error_detail_of
 from core.ledger import Ledger, Operator, new_id
 from core.states import ErrorCode
 
@@ -320,7 +320,9 @@ async def build_demo_async(
         Settings that open the demo ledger.
 
     Raises:
-        BadInput: ``directory`` already holds a ledger.
+        BadInput: ``directory`` already holds a ledger, or cannot be a folder (it, or
+            a folder above it, is a file).
+        IngestDeskError: ``directory`` cannot be created (no permission, a full disk).
     """
     directory = Path(directory)
     if (directory / DEMO_DB_FILE).exists():
@@ -329,8 +331,7 @@ async def build_demo_async(
             f"--db {directory / DEMO_DB_FILE} --store {directory / DEMO_STORE_DIR}, "
             "or give the demo an empty folder"
         )
-    corpus_dir = directory / DEMO_CORPUS_DIR
-    corpus_dir.mkdir(parents=True, exist_ok=True)
+    corpus_dir = make_demo_directory(directory)
     settings = demo_settings(directory)
     files = generate_corpus(seed)
     for item in files:
@@ -346,6 +347,27 @@ async def build_demo_async(
     finally:
         await ledger.close()
     return settings
+
+
+def make_demo_directory(directory: Path) -> Path:
+    """Create ``directory`` and its corpus folder; the corpus folder.
+
+    Raises:
+        BadInput: ``directory``, or a folder above it, is a file: "cannot create DIR:
+            not a directory".
+        IngestDeskError: The folder cannot be made for another reason (permissions,
+            a full disk), named in words, never as an unexpected error.
+    """
+    corpus_dir = Path(directory) / DEMO_CORPUS_DIR
+    try:
+        corpus_dir.mkdir(parents=True, exist_ok=True)
+    except (NotADirectoryError, FileExistsError) as exc:
+        # FileExistsError: the folder's own name (or corpus/ in it) is taken by a file.
+        raise BadInput(f"cannot create {directory}: not a directory") from exc
+    except OSError as exc:
+        why = (exc.strerror or type(exc).__name__).lower()
+        raise IngestDeskError(f"cannot create {directory}: {why}") from exc
+    return corpus_dir
 
 
 async def _submit_failed_once(

@@ -7,6 +7,14 @@ dashboard's ``/`` bar.
 Terms are AND-ed. ``field:value`` matches a field (``!`` in front negates);
 a bare word matches the document name, the task id prefix or the error code.
 ``attempt`` takes ``>``, ``>=``, ``<``, ``<=`` or ``=`` before its number.
+
+Names and worker ids match without regard to case, in every script: ``name:ärger``
+finds ``ÄRGER.txt``. A filter is decided twice, in SQL by the ledger (a list, a bulk
+action's count) and in memory by :meth:`Term.matches` (the dashboard deciding whether
+a changed task belongs in its window), so both use one case mapping, :func:`fold`:
+the SQLite ledger registers it as a SQL function on every connection, and on
+PostgreSQL it matches ``lower()`` under a UTF-8 ctype (SQLite's own ``lower()`` only
+knows ASCII, so ``name:ÄRGER`` once found nothing there and ``ärger.txt`` in memory).
 """
 
 from __future__ import annotations
@@ -24,6 +32,28 @@ if TYPE_CHECKING:
     from core.ledger.views import TaskView
 
 ATTEMPT_MAX = 1_000_000  # the largest attempt number a filter may name
+# The name of :func:`fold` as a SQL function on SQLite ledgers (core.ledger.transactions).
+SQLITE_FOLD_FUNCTION = "ingestdesk_fold"
+
+
+def fold(text: str) -> str:
+    """``text`` in lower case for matching, one character at a time (Unicode's simple
+    case mapping: what PostgreSQL's ``lower()`` does under a UTF-8 ctype, character by
+    character, and unlike ``str.lower`` no context rules such as the final sigma,
+    whose results SQL could not reproduce). Deterministic, so SQLite may use it in
+    queries like a built-in."""
+    if text.isascii():
+        return text.lower()
+    return "".join(_fold_char(ch) for ch in text)
+
+
+def _fold_char(ch: str) -> str:
+    lowered = ch.lower()
+    # Only U+0130 (İ) lowers to two characters (i + a combining dot); its simple
+    # mapping is the first of them.
+    return lowered if len(lowered) == 1 else lowered[0]
+
+
 FIELDS = ("status", "code", "stage", "attempt", "worker", "name", "id", "document")
 ALIASES = {"error": "code", "error_code": "code", "doc": "document", "task": "id"}
 COMPARISONS: dict[str, Callable[[int, int], bool]] = {
@@ -48,11 +78,12 @@ class Term:
         return self._test(task) != self.negate
 
     def _test(self, task: TaskView) -> bool:
+        # Keep in step with core.ledger.reads.term_clause, the same test in SQL.
         value = self.value
         if self.field is None:
-            v = value.lower()
+            v = fold(value)
             return (
-                v in (task.document_name or "").lower()
+                v in fold(task.document_name or "")
                 or task.task_id.startswith(v)
                 or (task.error_code is not None and v in task.error_code.value)
             )
@@ -65,9 +96,9 @@ class Term:
         if self.field == "attempt":
             return COMPARISONS[self.op](task.attempt, int(value))
         if self.field == "worker":
-            return task.worker_id is not None and value.lower() in task.worker_id.lower()
+            return task.worker_id is not None and fold(value) in fold(task.worker_id)
         if self.field == "name":
-            return value.lower() in (task.document_name or "").lower()
+            return fold(value) in fold(task.document_name or "")
         if self.field == "id":
             return task.task_id.startswith(value.lower())
         if self.field == "document":
@@ -115,6 +146,9 @@ def parse_filter(text: str) -> TaskFilter:
 
 
 def _term(word: str) -> Term:
+    if not word:
+        # A quoted empty word ('""'): not a stray "!", which is the message below.
+        raise BadInput('filter: an empty term ("") names nothing; give a word or field:value')
     negate = word.startswith("!")
     if negate:
         word = word[1:]

@@ -66,6 +66,7 @@ class ErrorCode(StrEnum):
     PROVIDER_FAILED = "provider_failed"
     LEASE_EXPIRED = "lease_expired"
     INTERNAL_ERROR = "internal_error"
+    PARSER_KILLED = "parser_killed"
 
 
 class RequestState(StrEnum):
@@ -243,6 +244,17 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
             "an unclassified fault inside ingestdesk",
             "retry once; if it repeats, report it with the task id",
             transient=False,
+        ),
+        # A parser killed by a signal ingestdesk did not send (an operator's kill -9,
+        # the kernel's OOM killer) is not the file's doing. A file that crashes the
+        # parser itself (a segfault, an abort) stays parse_error.
+        ErrorInfo(
+            ErrorCode.PARSER_KILLED,
+            "the parser process was killed from outside (an operator's kill, the OOM "
+            "killer) while it read the file; the file is not known to be at fault",
+            "retried automatically; if it keeps failing, find what kills the worker's "
+            "processes (memory pressure, a watchdog, a person)",
+            transient=True,
         ),
     )
 }

@@ -23,6 +23,10 @@ class ObjectStore:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        # Keys of the objects this instance wrote that were not there before (not
+        # those it found already stored): the only ones a caller whose batch was then
+        # refused may take back (see remove()).
+        self.created: list[str] = []
 
     @staticmethod
     def key_for(digest: str) -> str:
@@ -51,7 +55,18 @@ class ObjectStore:
             raise StoreUnavailable(
                 f"cannot store the original in {self.root}: {exc.strerror or type(exc).__name__}"
             ) from exc
+        self.created.append(key)
         return key, digest
+
+    def remove(self, key: str) -> None:
+        """Delete an object, if it is there.
+
+        Objects are shared by every document with the same bytes: call this only for
+        an object no document references, inside the ledger transaction that checked
+        so (its write lock keeps a document that would reference it from committing
+        in between).
+        """
+        self._path(key).unlink(missing_ok=True)
 
     @staticmethod
     def _holds(path: Path, digest: str, size: int) -> bool:

@@ -9,6 +9,7 @@ fast as the headless CLI (``python -m core.cli``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,8 @@ from core.cli import Command, CommandLine, Output, settings_from_args
 from core.cli import build_command_line as core_command_line
 from core.cli.options import whole_number
 from core.cli.output import flush, write_line
+from core.config import Settings
+from core.errors import BadInput, LedgerUnavailable
 from core.safe_text import visible
 
 DESCRIPTION = "Document ingestion control room. Without a command, opens the dashboard."
@@ -48,9 +51,46 @@ def _dashboard_options(parser: argparse.ArgumentParser, *, top_level: bool) -> N
     )
 
 
+def _no_json(out: Output, what: str) -> None:
+    """A screen has no JSON form: under ``--json`` it is refused with one JSON value
+    (exit 2) before anything is drawn, built or opened, instead of taking over the
+    terminal of a program that waits for JSON."""
+    if out.as_json:
+        raise BadInput(f"{what} has no JSON form; name a command (see `ingestdesk --help`)")
+
+
+def _check_dashboard_ledger(args: argparse.Namespace, settings: Settings) -> None:
+    """Refuse to open the dashboard where it would make a ledger nobody asked for.
+
+    A read-only dashboard can only watch a ledger that exists. A first start on the
+    default ``./.ingestdesk/`` creates it (that is what a first ``ingestdesk`` is
+    for), and so does a ``--db`` (or ``INGESTDESK_DB``) file in an existing folder; a
+    ``--db`` whose folder does not exist is a typo, refused rather than created with
+    its folders.
+
+    Raises:
+        LedgerUnavailable: No ledger where one is needed ("no ledger at …", exit 1).
+    """
+    from core.ledger.transactions import no_ledger, sqlite_ledger_path
+
+    path = sqlite_ledger_path(settings.db_url)
+    if path is None or path.is_file():
+        return  # PostgreSQL, or a ledger that exists
+    if args.read_only:
+        raise no_ledger(path)
+    named = getattr(args, "db", None) or os.environ.get("INGESTDESK_DB")
+    if named and not path.parent.is_dir():
+        raise LedgerUnavailable(
+            f"no ledger at {path}, and no folder {path.parent} to make one in: check --db "
+            "(a new ledger is made only in an existing folder)"
+        )
+
+
 def _run_dashboard(args: argparse.Namespace, out: Output) -> int:
     """``ingestdesk [dashboard]``: the dashboard on the ledger the options name."""
+    _no_json(out, "the dashboard")
     settings = settings_from_args(args)
+    _check_dashboard_ledger(args, settings)
     from tui.app import run_dashboard
 
     return run_dashboard(settings, workers=args.workers, read_only=args.read_only)
@@ -60,7 +100,8 @@ def _run_demo(args: argparse.Namespace, out: Output) -> int:
     """``ingestdesk demo [DIR] [--faults]``: build the demo ledger (or reopen it) and
     open the dashboard on it; with ``--faults`` the workers embed through a faulty
     demo provider (see :mod:`tui.provider_process`)."""
-    from core.demo import DEMO_DB_FILE, build_demo, demo_settings
+    _no_json(out, "the demo (it opens the dashboard)")
+    from core.demo import DEMO_DB_FILE, build_demo, demo_settings, make_demo_directory
 
     directory = Path(args.directory)
     if (directory / DEMO_DB_FILE).exists():
@@ -69,6 +110,9 @@ def _run_demo(args: argparse.Namespace, out: Output) -> int:
         )
         settings = demo_settings(directory)
     else:
+        # Before the line below: a folder that cannot be made is one line of refusal,
+        # not a promise of a build followed by it.
+        make_demo_directory(directory)
         write_line(f"building a demo ledger in {visible(str(directory))} ...")
         flush()
         settings = build_demo(directory)
@@ -95,6 +139,7 @@ def _run_demo(args: argparse.Namespace, out: Output) -> int:
 
 def _run_race(args: argparse.Namespace, out: Output) -> int:
     """``ingestdesk race``: the claim race, two workers side by side."""
+    _no_json(out, "the claim race (a screen)")
     settings = settings_from_args(args)
     from tui.app import run_race
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from core.cli import documents, maintenance, provider, review, serve, tasks, uploads, worker
 from core.cli.command import Command
+from core.cli.logs import DEBUG_ENV
 from core.cli.options import CliParser, UsageError, common_options, default_actor
 from core.cli.output import (
     EXIT_BROKEN_PIPE,
@@ -30,8 +31,6 @@ from core.errors import IngestDeskError
 
 DESCRIPTION = "Document ingestion control room: the ledger's commands and its workers."
 DISTRIBUTION = "ingestdesk"  # the package whose metadata holds the version
-# Set (to anything) to let an unexpected exception end in its traceback, for a bug report.
-DEBUG_ENV = "INGESTDESK_DEBUG"
 
 # Core's commands, in the order --help lists them.
 CORE_COMMANDS: tuple[Command, ...] = (

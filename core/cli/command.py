@@ -51,7 +51,9 @@ class Command:
     interrupted: str = "interrupted"
 
 
-def on_ledger(handler: LedgerHandler, *, create: bool = True) -> Runner:
+def on_ledger(
+    handler: LedgerHandler, *, create: bool | Callable[[argparse.Namespace], bool] = True
+) -> Runner:
     """A runner that opens the ledger the global options name, runs ``handler`` on it
     and closes the ledger, whatever happens.
 
@@ -60,10 +62,13 @@ def on_ledger(handler: LedgerHandler, *, create: bool = True) -> Runner:
         create: False for a command that can only read or act on what is already
             there: a SQLite ledger that does not exist is refused ("no ledger at …",
             exit 1) instead of created, so a mistyped ``--db`` leaves nothing behind.
+            A function of the parsed arguments for a command whose actions differ
+            (``tokens create`` may start a ledger, ``tokens list`` may not).
     """
 
     def run(args: argparse.Namespace, out: Output) -> int:
-        asyncio.run(_with_ledger(handler, args, out, create))
+        creates = create(args) if callable(create) else create
+        asyncio.run(_with_ledger(handler, args, out, creates))
         return EXIT_OK
 
     return run

@@ -20,6 +20,12 @@ from core.safe_text import check_identifier
 # A list longer than this is a typo, and beyond what SQLite's integers hold it was a
 # traceback (OverflowError) instead of an answer.
 LIMIT_MAX = 1_000_000  # rows listed at most
+UPLOAD_CAP_ENV = "INGESTDESK_MAX_UPLOAD_MB"
+# The commands that take uploads, and so judge the upload cap: ``serve`` (the API's
+# uploads) and the dashboard (its submit screen; None is the dashboard too, run when
+# no command is named). Any other command never uses the cap, and a bad
+# INGESTDESK_MAX_UPLOAD_MB in the environment must not refuse `ingestdesk tasks`.
+UPLOADING_COMMANDS = frozenset({"upload", "add", "serve", "dashboard", None})
 
 
 class UsageError(BadInput):
@@ -82,18 +88,21 @@ def whole_number(lowest: int, highest: int) -> Callable[[str], int]:
     return check
 
 
-def seconds(highest: float) -> Callable[[str], float]:
-    """An argparse type for a duration: more than 0 and at most ``highest`` seconds
-    (nan and infinity are refused: a nan lease never expires and never renews)."""
+def seconds(highest: float, *, lowest: float | None = None) -> Callable[[str], float]:
+    """An argparse type for a duration: more than 0 (or at least ``lowest``) and at
+    most ``highest`` seconds (nan and infinity are refused: a nan lease never expires
+    and never renews)."""
 
     def check(value: str) -> float:
         try:
             number = float(value)
         except ValueError:
             number = math.nan
-        if not (math.isfinite(number) and 0 < number <= highest):
+        in_range = number >= lowest if lowest is not None else number > 0
+        if not (math.isfinite(number) and in_range and number <= highest):
+            floor = f"at least {lowest:g}" if lowest is not None else "more than 0"
             raise argparse.ArgumentTypeError(
-                f"must be a number of seconds, more than 0 and at most {highest:g} (got {value!r})"
+                f"must be a number of seconds, {floor} and at most {highest:g} (got {value!r})"
             )
         return number
 
@@ -160,7 +169,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
     Raises:
         BadInput: ``--max-upload-mb`` is not a usable cap (not a number, nan,
-            infinite, zero or less, absurdly large), or the environment's is not.
+            infinite, zero or less, absurdly large), or the environment's is not
+            (judged only for a command that uploads, see UPLOADING_COMMANDS).
     """
     cap = getattr(args, "max_upload_mb", None)
     sync = getattr(args, "synchronous", None)
@@ -172,4 +182,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         overrides["max_upload_bytes"] = upload_cap_bytes(cap, "--max-upload-mb")
     if sync:
         overrides["sqlite_synchronous"] = sync.upper()
-    return settings_from(args.db, args.store, environ=None, home=None, **overrides)
+    environ: dict[str, str] | None = None
+    if cap is None and getattr(args, "command", None) not in UPLOADING_COMMANDS:
+        # Not judged where it is not used (see UPLOADING_COMMANDS).
+        environ = {k: v for k, v in os.environ.items() if k != UPLOAD_CAP_ENV}
+    return settings_from(args.db, args.store, environ=environ, home=None, **overrides)

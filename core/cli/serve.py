@@ -164,6 +164,8 @@ async def cmd_tokens(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
 TOKENS = Command(
     "tokens",
     "API tokens: create NAME --role R, list, revoke NAME",
-    on_ledger(cmd_tokens),
+    # Only creating a token may start a ledger: listing or revoking on a mistyped
+    # --db must not leave an empty one behind.
+    on_ledger(cmd_tokens, create=lambda args: args.tokens_action == "create"),
     _tokens_arguments,
 )

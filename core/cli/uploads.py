@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import threading
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from core.config import Settings
 from core.errors import BadInput, IngestDeskError, NotFound
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from core.ledger import DocumentView, Ledger, TaskView
 
 NOTHING_ADDED = "interrupted: no document was added"
@@ -106,6 +109,9 @@ def read_inputs(
                     raise BadInput("reading from stdin ('-') needs --name NAME")
                 data = read_stream(_stdin(), max_bytes, args.name) if stdin is None else stdin
                 inputs.append((data, args.name))
+            elif not f:
+                # Path("") is ".", which would be refused as "is a directory".
+                raise BadInput("'': an empty path names no file")
             else:
                 inputs.append((read_upload(Path(f), max_bytes), args.name or Path(f).name))
         except BadInput as exc:
@@ -113,6 +119,33 @@ def read_inputs(
     if problems:
         raise BadInput("; ".join(problems))
     return inputs
+
+
+def judge_inputs(
+    inputs: list[tuple[bytes, str]], max_bytes: int, idempotency_key: str | None
+) -> None:
+    """Refuse the batch now, as the ledger would once it is open: each input's content
+    (one line naming every bad one) and the idempotency key's form.
+
+    Raises:
+        BadInput: An empty, oversized or unsupported input; a key that is not
+            usable, or given with more than one file.
+    """
+    from core.intake import check_upload
+    from core.ledger.idempotency import check_key
+
+    problems: list[str] = []
+    for data, name in inputs:
+        try:
+            check_upload(data, name, max_bytes)
+        except BadInput as exc:
+            problems.append(exc.message)
+    if problems:
+        raise BadInput("; ".join(problems))
+    if idempotency_key is not None:
+        if len(inputs) != 1:
+            raise BadInput("--idempotency-key names one request: give exactly one file")
+        check_key(idempotency_key)
 
 
 def batch_runner(*, submit: bool) -> Runner:
@@ -175,15 +208,25 @@ async def _add_batch(
     ledger: Ledger | None = None
     try:
         replaces: str | None = getattr(args, "replaces", None)
-        # A new version needs its document in an existing ledger: a mistyped --db is
-        # refused, not created.
-        ledger = await Ledger.open(settings, ids=ids, create=replaces is None)
-        if replaces is not None:
-            # Before the file is read (stdin excepted: see read_stdin_first): a
-            # mistyped id must not cost reading, and storing, up to the cap first.
+        if replaces is None:
+            # Every input is read and judged before the ledger is opened: a refused
+            # batch (a missing file, /dev/zero, an empty or unsupported file, a bad
+            # key) creates no ledger, and no folder, where there was none.
+            inputs = await asyncio.to_thread(
+                read_inputs, args, settings.max_upload_bytes, stop, stdin
+            )
+            judge_inputs(inputs, settings.max_upload_bytes, args.idempotency_key)
+            ledger = await Ledger.open(settings, ids=ids)
+        else:
+            # A new version needs its document in an existing ledger: a mistyped --db
+            # is refused, not created; and its id is checked before the file is read
+            # (stdin excepted: see read_stdin_first), so a mistyped id does not cost
+            # reading, and storing, up to the cap first.
+            ledger = await Ledger.open(settings, ids=ids, create=False)
             await ledger.reads.get_document(replaces)
-        max_bytes = ledger.settings.max_upload_bytes
-        inputs = await asyncio.to_thread(read_inputs, args, max_bytes, stop, stdin)
+            inputs = await asyncio.to_thread(
+                read_inputs, args, ledger.settings.max_upload_bytes, stop, stdin
+            )
         replayed = False
         added: list[tuple[DocumentView, TaskView | None]]
         if replaces is not None:
@@ -203,31 +246,71 @@ async def _add_batch(
     except asyncio.CancelledError:
         # Ctrl-C: asyncio.run turns the first SIGINT into this cancellation.
         stop.set()
+        created: list[str] = []
         if ledger is not None:
+            created = list(ledger.operator.store.created)
             # Closing waits for a transaction already handed to the database.
             await ledger.close()
             ledger = None
-        raise Interrupted(await _what_was_left(settings, ids, args)) from None
+        raise Interrupted(await _what_was_left(settings, ids, args, created)) from None
+    except IngestDeskError:
+        # Refused after the originals were stored (an idempotency key used for other
+        # content, a version refused while another is processing): take back what
+        # this batch stored and nothing references.
+        if ledger is not None:
+            await _take_back(ledger, ledger.operator.store.created)
+        raise
     finally:
         if ledger is not None:
             await ledger.close()
     _answer(out, added, submit=submit, replayed=replayed)
 
 
-async def _what_was_left(settings: Settings, ids: IssuedIds, args: argparse.Namespace) -> str:
+async def _take_back(ledger: Ledger, created: list[str]) -> None:
+    """Remove the objects this batch stored (``created``: new to the store, not found
+    there) that no document references, so a refused or interrupted batch leaves no
+    orphan behind. Objects are content-addressed and shared: only objects this batch
+    wrote are candidates, and the check and the removal run in one write transaction,
+    whose write lock keeps another upload of the same bytes from committing its
+    reference in between. (One that found the object stored just before, and commits
+    just after, would meet object_read_error, whose advice, upload again, restores it:
+    the window is this one transaction, only for bytes this batch wrote moments ago.)
+    Best effort: an object left behind is harmless, and the refusal itself is what the
+    caller must see."""
+    if not created:
+        return
+    from core.ledger.reads import unreferenced_objects
+
+    store = ledger.operator.store
+
+    def tx(conn: Connection) -> None:
+        for key in unreferenced_objects(conn, created):
+            store.remove(key)
+
+    with contextlib.suppress(IngestDeskError, OSError):
+        await ledger.transactions.write(tx)
+
+
+async def _what_was_left(
+    settings: Settings, ids: IssuedIds, args: argparse.Namespace, created: list[str]
+) -> str:
     """What an interrupted batch left: nothing, or (interrupted during its commit)
-    the whole batch (for ``--replaces``, the new version)."""
-    if not ids.issued:
+    the whole batch (for ``--replaces``, the new version). The originals it stored
+    that nothing references are removed (see :func:`_take_back`)."""
+    if not ids.issued and not created:
         return NOTHING_ADDED
     from core.ledger import Ledger
 
     try:
         async with await Ledger.open(settings, create=False) as ledger:
+            await _take_back(ledger, created)
+            if not ids.issued:
+                return NOTHING_ADDED
             first = ids.issued[0]  # a document's or a task's: both commit together
             if not await _exists(ledger, first):
                 return NOTHING_ADDED
     except IngestDeskError:
-        return UNSURE
+        return UNSURE if ids.issued else NOTHING_ADDED
     if getattr(args, "replaces", None) is not None:
         return (
             "interrupted too late: the new version was already recorded "

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from core.cli.command import Command
 from core.cli.logs import LOG_FORMATS, worker_log
 from core.cli.options import identifier, seconds, settings_from_args, whole_number
-from core.cli.output import EXIT_OK, Output
+from core.cli.output import EXIT_INTERRUPTED, EXIT_OK, Output
 from core.cli.review import provider_url
 from core.config import Settings
 from core.errors import BadInput, WorkerStopped
@@ -55,6 +55,11 @@ DEFAULT_STOP_GRACE_S = 10.0  # seconds running tasks get to finish on SIGTERM
 MAX_CONCURRENCY = 256  # tasks in flight in one worker process
 MAX_PARSERS = 64  # parser processes (~45 MB each)
 MAX_LEASE_S = 86_400.0  # seconds: a day
+# Below this a lease cannot be kept: the heartbeat that renews it runs every third of
+# the lease, and one ledger write (on a busy SQLite file) can take longer than a
+# fraction of a second, so a task would be reaped while its worker was alive and
+# working, and retried until its attempts ran out (`--lease 1e-300` was accepted).
+MIN_LEASE_S = 1.0  # seconds
 MAX_CHUNK_SIZE = 1_000_000  # characters
 
 
@@ -87,7 +92,11 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         type=identifier("worker id"),
         help="name shown in the ledger (default host-pid)",
     )
-    parser.add_argument("--lease", type=seconds(MAX_LEASE_S), help="lease in seconds (default 30)")
+    parser.add_argument(
+        "--lease",
+        type=seconds(MAX_LEASE_S, lowest=MIN_LEASE_S),
+        help=f"lease in seconds (default 30, at least {MIN_LEASE_S:g})",
+    )
     # Unset (None) means PipelineOptions' default; see the module docstring.
     parser.add_argument("--parser", choices=PARSERS)
     parser.add_argument(
@@ -130,8 +139,12 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
     for option, value, lowest, highest in ranges:
         if value is not None and not lowest <= value <= highest:
             raise BadInput(f"{option} must be a whole number from {lowest} to {highest}")
-    if args.lease is not None and not (math.isfinite(args.lease) and 0 < args.lease <= MAX_LEASE_S):
-        raise BadInput(f"--lease must be more than 0 and at most {MAX_LEASE_S:g} seconds")
+    if args.lease is not None and not (
+        math.isfinite(args.lease) and MIN_LEASE_S <= args.lease <= MAX_LEASE_S
+    ):
+        raise BadInput(
+            f"--lease must be at least {MIN_LEASE_S:g} and at most {MAX_LEASE_S:g} seconds"
+        )
     if args.worker_id is not None:
         check_identifier(args.worker_id, "worker id")
     size = DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size
@@ -186,12 +199,11 @@ def start_parser_early(args: argparse.Namespace) -> ParserPool | None:
 
 def run_worker(args: argparse.Namespace, out: Output) -> int:
     """``ingestdesk worker``: check every option, start the parser early, then run
-    the worker."""
+    the worker; the exit code (130 when Ctrl-C stopped it)."""
     check_worker_arguments(args)
     settings = settings_from_args(args)
     pool = start_parser_early(args)
-    asyncio.run(run_worker_command(settings, args, out, pool))
-    return EXIT_OK
+    return asyncio.run(run_worker_command(settings, args, out, pool))
 
 
 async def run_worker_command(
@@ -199,7 +211,7 @@ async def run_worker_command(
     args: argparse.Namespace,
     out: Output,
     pool: ParserPool | None = None,
-) -> None:
+) -> int:
     """``ingestdesk worker``: check the arguments, open the ledger, run a worker.
 
     Args:
@@ -207,23 +219,28 @@ async def run_worker_command(
         args: Parsed ``worker`` arguments.
         out: Where the summary goes.
         pool: A pool from :func:`start_parser_early`; closed here. Default: a new one.
+
+    Returns:
+        The exit code: 0, or 130 when SIGINT (Ctrl-C) stopped the worker.
     """
     check_worker_arguments(args)
     if pool is None:
         pool = ParserPool(workers=max(1, min(args.parsers, args.concurrency)))
     try:
-        await _run(settings, args, out, pool)
+        return await _run(settings, args, out, pool)
     finally:
         await pool.aclose()
 
 
-async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: ParserPool) -> None:
+async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: ParserPool) -> int:
     from core.ingest.worker import Worker
     from core.ledger import Ledger
 
     options = pipeline_options(args)
     # Under --json stdout holds the one answer: the log goes to stderr.
     log_format = getattr(args, "log_format", "text")
+    # The signal that stopped the worker, if one did (the first one counts).
+    stopped_by: list[signal.Signals] = []
     with worker_log(sys.stderr if out.as_json else sys.stdout, log_format) as log:
         provider = None
         if getattr(args, "provider", None):
@@ -231,7 +248,12 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
 
             provider = await connect_provider(args.provider)
         try:
-            ledger = await Ledger.open(settings)
+            # A one-off or draining worker has nothing to do on a ledger that does not
+            # exist, and must not leave an empty one (or its folder) behind a mistyped
+            # --db. A --loop worker is a service that waits for work: started beside
+            # `ingestdesk serve` on a fresh folder (the README's two terminals) it may
+            # come up first, and opens (creates) the ledger as serve would.
+            ledger = await Ledger.open(settings, create=bool(args.loop))
         except BaseException:
             if provider is not None:
                 await provider.aclose()
@@ -251,8 +273,14 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
             register=bool(args.loop or args.until_idle),
         )
         loop = asyncio.get_running_loop()
+
+        def on_signal(sig: signal.Signals) -> None:
+            if not stopped_by:
+                stopped_by.append(sig)
+            worker.stop()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, worker.stop)
+            loop.add_signal_handler(sig, on_signal, sig)
         try:
             if args.loop or args.until_idle:
                 await worker.run(until_idle=args.until_idle, stop_grace_s=DEFAULT_STOP_GRACE_S)
@@ -274,11 +302,17 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
     if worker.fault is not None:
         raise WorkerStopped(f"worker={worker.worker_id} stopped: {worker.fault}")
     stats = worker.stats
+    # SIGTERM is how a service manager stops a worker: asked for, so exit 0. SIGINT
+    # is a person's Ctrl-C: exit 130, as for every command (see the README).
+    interrupted = signal.SIGINT in stopped_by
     summary: dict[str, Any] = {
         "worker_id": worker.worker_id,
         "claimed": stats.claimed,
         "missed": stats.missed,
         "outcomes": stats.outcomes,
+        "interrupted": interrupted,
+        "stopped_by": stopped_by[0].name if stopped_by else None,
+        "handed_back": stats.handed_back,
     }
     lines: list[str] = []
     if args.loop or args.until_idle:
@@ -289,7 +323,14 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
                 for r in sorted(set(stats.outcomes.values()))
             )
         )
+    if stopped_by:
+        handed = " ".join(f"task={t}" for t in stats.handed_back) or "none"
+        lines.append(
+            f"worker={worker.worker_id} {'interrupted' if interrupted else 'stopped'} by "
+            f"{stopped_by[0].name}; handed back to the queue: {handed}"
+        )
     out.emit(summary, lines)
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 
 WORKER = Command("worker", "claim and run ingestion tasks", run_worker, add_worker_arguments)

@@ -14,8 +14,13 @@ its event loop or starve other documents, so :class:`ParserPool` runs
 * crash isolation: a child that dies (segfault, OOM kill) fails only its own parse.
   A death is not always the document's doing (an operator's ``kill``, the OOM killer
   picking the largest process, a child gone between being picked and being written
-  to), so the parse runs once more on a fresh child; only a document that kills that
-  one too fails, with ``parse_error`` "parser process died".
+  to), so the parse runs once more on a fresh child. If that one dies too, what ended
+  it decides: a crash (SIGSEGV, SIGABRT and the like, or an exit of its own) is the
+  document's, ``parse_error`` "parser process died", for good; a signal this pool did
+  not send (``kill -9`` by a person, the OOM killer's SIGKILL) is nobody's known
+  fault, :class:`~core.ingest.parsing.ParserKilled` (``parser_killed``), which the
+  task retries with backoff until its attempts run out. Our own kills are not
+  outsiders': a parse over its time budget is ``parse_error`` "parse timed out".
 * cancellation: cancelling :meth:`ParserPool.parse` kills its child at once (the
   pipeline does so when its task is cancelled or taken away); the next parse starts
   a fresh one.
@@ -39,13 +44,20 @@ import asyncio
 import logging
 import math
 import re
+import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 
 from core.ingest.parse_child import Reply
-from core.ingest.parser_process import Died, ParserProcess, TimedOut
+from core.ingest.parser_process import (
+    Died,
+    KilledWhileStarting,
+    ParserProcess,
+    TimedOut,
+    killed_from_outside,
+)
 from core.ingest.parsing import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -53,6 +65,7 @@ from core.ingest.parsing import (
     ParsedDocument,
     ParseFailure,
     ParseRequest,
+    ParserKilled,
     log_parser_warnings,
 )
 from core.states import DocumentKind, ErrorCode
@@ -226,6 +239,8 @@ class ParserPool:
             ParseFailure: The document is bad, empty, over its time budget
                 ("parse timed out after Xs"), over the memory limit, or crashed its
                 parser twice ("parser process died"; one death is retried).
+            ParserKilled: A signal from outside (not a crash) ended the parser both
+                times (a ParseFailure with the transient code ``parser_killed``).
             ValueError, ParserUnavailable: Bad arguments or a missing parser library,
                 checked before any child is involved.
             ParserStartFailed: No parser process could be started (this worker's
@@ -241,19 +256,21 @@ class ParserPool:
         if estimated_pages is None:
             estimated_pages = await estimate_pages_async(data, request.kind)
         budget = self.timeout_for(estimated_pages)
+        first_death_from_outside = False
         async with self._slots:
             reply = await self._parse_on_a_child(loop, request, data, budget, fresh=False)
             if isinstance(reply, Died) and not self._closed:
                 # Not necessarily the document's doing (see the module docstring): one
                 # more go, on a new process rather than an idle one that the same
                 # outside cause may have hit too.
+                first_death_from_outside = _killed_from_outside(reply)
                 logger.warning(
-                    "parser process %s died (exit code %s); parsing again on a fresh one",
+                    "parser process %s died (%s); parsing again on a fresh one",
                     reply.pid,
-                    reply.exitcode,
+                    _death(reply),
                 )
                 reply = await self._parse_on_a_child(loop, request, data, budget, fresh=True)
-        return self._outcome(reply, budget)
+        return self._outcome(reply, budget, killed_before=first_death_from_outside)
 
     async def aclose(self) -> None:
         """Stop every child and release the pool's threads.
@@ -303,7 +320,13 @@ class ParserPool:
     ) -> Reply | TimedOut | Died:
         """One exchange with one child, holding a slot; a living child goes back idle."""
         self._check_open()
-        child = await self._take_child(loop, fresh=fresh)
+        try:
+            child = await self._take_child(loop, fresh=fresh)
+        except KilledWhileStarting as exc:
+            # Killed from outside before it was ready: a death like one mid-parse (the
+            # caller retries it once, then reports it), not a worker that cannot start
+            # parsers, which stops (ParserStartFailed).
+            return Died(exc.pid, exc.exitcode)
         if self._closed:  # closed while the child started
             child.kill()
             self._reap_soon(child)
@@ -379,13 +402,19 @@ class ParserPool:
             self._reap_soon(child)
             raise
 
-    def _outcome(self, reply: Reply | TimedOut | Died, budget: float) -> ParsedDocument:
+    def _outcome(
+        self, reply: Reply | TimedOut | Died, budget: float, *, killed_before: bool = False
+    ) -> ParsedDocument:
         if isinstance(reply, TimedOut):
             raise ParseFailure(ErrorCode.PARSE_ERROR, f"parse timed out after {budget:.1f}s")
         if isinstance(reply, Died):
             if self._closed:
                 raise RuntimeError("parser pool closed during the parse")
-            logger.warning("parser process %s died (exit code %s)", reply.pid, reply.exitcode)
+            logger.warning("parser process %s died (%s)", reply.pid, _death(reply))
+            if killed_before or _killed_from_outside(reply):
+                # Either death may have been an outsider's: the document is not known
+                # to be at fault, and a retry later (its attempts are bounded) tells.
+                raise ParserKilled(f"parser process killed from outside ({_death(reply)})")
             raise ParseFailure(ErrorCode.PARSE_ERROR, "parser process died")
         log_parser_warnings(reply.warning_lines, reply.warning_count)
         if reply.error is not None:
@@ -394,6 +423,24 @@ class ParserPool:
             raise reply.outcome
         assert reply.outcome is not None
         return reply.outcome
+
+
+def _killed_from_outside(died: Died) -> bool:
+    """Whether a child was ended by a signal neither it (a crash) nor this pool
+    caused (see :func:`core.ingest.parser_process.killed_from_outside`)."""
+    return killed_from_outside(died.exitcode, killed_here=died.killed_here)
+
+
+def _death(died: Died) -> str:
+    """How a child ended, for the log and a task's error detail: ``SIGKILL``,
+    ``exit code 1``; never more than the status."""
+    code = died.exitcode
+    if code is not None and code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
 
 
 __all__ = ["ParserPool", "estimate_pages", "estimate_pages_async"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -86,16 +87,55 @@ class ParserStartFailed(RuntimeError):
     the document's."""
 
 
+class KilledWhileStarting(ParserStartFailed):
+    """A starting parser process was ended by a signal from outside (an operator's
+    ``kill -9``, the OOM killer) before it was ready: not a sign that this worker
+    cannot start one, so the pool treats it as a death during the parse (retried)."""
+
+    def __init__(self, pid: int | None, exitcode: int) -> None:
+        super().__init__(f"parser process killed while starting (exit code {exitcode})")
+        self.pid = pid
+        self.exitcode = exitcode
+
+
+# Signals a process gets from its own code going wrong (a native parser's bad pointer,
+# an abort on a broken invariant): a child ended by one crashed. Any other signal this
+# process did not send came from outside (kill, the OOM killer).
+CRASH_SIGNALS = frozenset(
+    {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL, signal.SIGSYS}
+)
+
+
+def killed_from_outside(exitcode: int | None, *, killed_here: bool) -> bool:
+    """Whether a child's exit status says a signal ended it that neither it (a crash,
+    see CRASH_SIGNALS) nor this process (``killed_here``) caused."""
+    if exitcode is None or exitcode >= 0 or killed_here:
+        return False
+    try:
+        return signal.Signals(-exitcode) not in CRASH_SIGNALS
+    except ValueError:  # a real-time signal: sent by someone, not raised by a crash
+        return True
+
+
 class TimedOut:
     """A parse that used up its time budget (the child has been killed and reaped)."""
 
 
 @dataclass(frozen=True)
 class Died:
-    """A child that went away before answering (it has been reaped)."""
+    """A child that went away before answering (it has been reaped).
+
+    Attributes:
+        pid: Its process id.
+        exitcode: Its exit status (negative: the signal that ended it).
+        killed_here: Whether this process had signalled it (a time-out, a
+            cancellation, a child that would not exit): its death is then ours, not
+            an outsider's.
+    """
 
     pid: int | None
     exitcode: int | None
+    killed_here: bool = False
 
 
 class ParserProcess:
@@ -112,6 +152,7 @@ class ParserProcess:
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self.ready = False
+        self.killed_here = False  # kill() was called: a death by SIGKILL is ours
         # Serialises kill() with reap(): signalling a reaped process could hit a
         # recycled pid.
         self._lock = threading.Lock()
@@ -164,8 +205,13 @@ class ParserProcess:
         except (EOFError, OSError):
             ready = False
         if not ready:
-            self.kill()
+            pid = self.pid
+            # Not killed first: a child that went away (its socket at EOF) is waited
+            # for, so its own exit status says whether something else ended it; one
+            # that is merely stuck is killed by reap() after the grace, as ours.
             exitcode = self.reap()
+            if exitcode is not None and killed_from_outside(exitcode, killed_here=self.killed_here):
+                raise KilledWhileStarting(pid, exitcode)
             raise ParserStartFailed(f"parser process failed to start (exit code {exitcode})")
         self.ready = True
 
@@ -204,7 +250,8 @@ class ParserProcess:
                 reply = TimedOut()
         except (EOFError, OSError):
             pid = self.pid
-            reply = Died(pid, self.reap())
+            exitcode = self.reap()
+            reply = Died(pid, exitcode, killed_here=self.killed_here)
         if isinstance(reply, TimedOut):
             self.kill()
             self.reap()
@@ -216,6 +263,7 @@ class ParserProcess:
         with self._lock:
             process = self._process
             if process is not None:
+                self.killed_here = True
                 # Popen.kill() signals only while the exit status is uncollected.
                 process.kill()
 
@@ -260,4 +308,13 @@ def _popen(argv: list[str], child_fd: int) -> subprocess.Popen[bytes]:
     )
 
 
-__all__ = ["CHILD_STOP_GRACE_S", "Died", "ParserProcess", "ParserStartFailed", "TimedOut"]
+__all__ = [
+    "CHILD_STOP_GRACE_S",
+    "CRASH_SIGNALS",
+    "Died",
+    "KilledWhileStarting",
+    "ParserProcess",
+    "ParserStartFailed",
+    "TimedOut",
+    "killed_from_outside",
+]

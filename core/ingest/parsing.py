@@ -10,9 +10,10 @@ one job each: :mod:`core.ingest.sniffing` (what the bytes are, how text is encod
 
 Failure vocabulary: every way a document can defeat the parser ends as
 :class:`ParseFailure` with code ``parse_error`` (the file cannot be read) or
-``empty_document`` (it can be read but holds no indexable text). Other exceptions mean a
-caller bug (bad arguments) or a broken installation (:class:`ParserUnavailable`), never a
-bad file.
+``empty_document`` (it can be read but holds no indexable text); a parser process killed
+from outside ends as :class:`ParserKilled` (``parser_killed``, retried automatically),
+since nothing says the file was at fault. Other exceptions mean a caller bug (bad
+arguments) or a broken installation (:class:`ParserUnavailable`), never a bad file.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ DEFAULT_CHUNK_OVERLAP = 150  # characters
 
 PARSERS = ("pypdf", "pdfium")
 OUT_OF_MEMORY_REASON = "parser exceeded memory limit"
+# The codes a parse can fail with: the document's (parse_error, empty_document) and
+# a parser killed from outside (parser_killed, see ParserKilled).
+PARSE_FAILURE_CODES = frozenset(
+    {ErrorCode.PARSE_ERROR, ErrorCode.EMPTY_DOCUMENT, ErrorCode.PARSER_KILLED}
+)
 
 
 # --- public values ----------------------------------------------------------------------
@@ -106,15 +112,16 @@ class ParseFailure(Exception):
         """Build a failure.
 
         Args:
-            code: ``parse_error`` or ``empty_document``.
+            code: ``parse_error`` or ``empty_document`` (``parser_killed``: use
+                :class:`ParserKilled`).
             reason: A short operator-facing reason, free of paths and stack traces.
                 Defaults to this class's docstring.
 
         Raises:
-            ValueError: ``code`` is neither of the two parse codes.
+            ValueError: ``code`` is not one of :data:`PARSE_FAILURE_CODES`.
         """
         parsed = ErrorCode(code)
-        if parsed not in (ErrorCode.PARSE_ERROR, ErrorCode.EMPTY_DOCUMENT):
+        if parsed not in PARSE_FAILURE_CODES:
             raise ValueError(f"not a parse failure code: {code!r}")
         self.code: ErrorCode = parsed
         self.reason: str = reason or (type(self).__doc__ or "").strip()
@@ -122,6 +129,22 @@ class ParseFailure(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.reason}"
+
+
+class ParserKilled(ParseFailure):
+    """parser process killed from outside"""
+
+    def __init__(self, reason: str | None = None) -> None:
+        """A parse cut short by a signal this worker did not send (an operator's
+        ``kill -9``, the kernel's OOM killer), on the fresh process it was retried on
+        too. Not the document's doing as far as anyone knows: its code,
+        ``parser_killed``, is retried automatically, with backoff, until the task's
+        attempts run out (so no document is retried for ever)."""
+        super().__init__(ErrorCode.PARSER_KILLED, reason)
+
+    def __reduce__(self) -> tuple[type[ParserKilled], tuple[str]]:
+        # Pickled as what it is (an exception pickles its args, and these differ).
+        return (ParserKilled, (self.reason,))
 
 
 class ParserUnavailable(RuntimeError):

@@ -15,7 +15,8 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from core.errors import error_detail_of
@@ -54,6 +55,13 @@ TASK_TIME_SMOOTHING = 0.2  # weight of the newest task in the average task time
 # worker holds no more big documents than it can start on.
 QUICK_TASK_S = 0.02  # seconds
 
+# The worker, and the task, that the code running now works for: set for the worker's
+# loop and for each task's coroutine (contextvars follow asyncio tasks), so a record
+# logged deep in the pipeline or the parser pool, by code that knows no task, still
+# names its task in the worker's log (core.cli.logs reads them).
+current_worker_id: ContextVar[str | None] = ContextVar("ingestdesk_worker_id", default=None)
+current_task_id: ContextVar[str | None] = ContextVar("ingestdesk_task_id", default=None)
+
 
 @dataclass(frozen=True)
 class WorkerEvent:
@@ -70,6 +78,9 @@ class WorkerStats:
     claimed: list[str] = field(default_factory=list)
     outcomes: dict[str, str] = field(default_factory=dict)
     missed: list[str] = field(default_factory=list)
+    # Tasks given back to the queue unfinished on stop or pause (running, or claimed
+    # ahead), each once, in the order they went back.
+    handed_back: list[str] = field(default_factory=list)
 
 
 def default_worker_id() -> str:
@@ -178,9 +189,22 @@ class Worker:
 
     # ----------------------------------------------------------- one task
 
+    @contextlib.contextmanager
+    def _as_this_worker(self) -> Iterator[None]:
+        """Log records made in here name this worker (see :data:`current_worker_id`)."""
+        token = current_worker_id.set(self.worker_id)
+        try:
+            yield
+        finally:
+            current_worker_id.reset(token)
+
     async def run_task(self, task_id: str, *, stop_grace_s: float = 0.0) -> bool:
         """Claim this one task and run it. False if the claim was missed (another
         worker got it first, or it is not claimable): that is not an error."""
+        with self._as_this_worker():
+            return await self._run_task(task_id, stop_grace_s)
+
+    async def _run_task(self, task_id: str, stop_grace_s: float) -> bool:
         claim = await self.ledger.queue.claim(
             task_id, self.worker_id, lease_s=self.lease_s, with_document=True
         )
@@ -193,6 +217,10 @@ class Worker:
 
     async def run_one(self, *, stop_grace_s: float = 0.0) -> bool:
         """Claim the oldest claimable task and run it; False if there was none."""
+        with self._as_this_worker():
+            return await self._run_one(stop_grace_s)
+
+    async def _run_one(self, stop_grace_s: float) -> bool:
         claims = await self.ledger.queue.claim_next(
             self.worker_id, limit=1, lease_s=self.lease_s, with_document=True
         )
@@ -215,6 +243,10 @@ class Worker:
             self._running.pop(claim.task_id, None)
 
     async def _execute(self, claim: Claim) -> Outcome:
+        # This coroutine is its own asyncio task, with its own copy of the context:
+        # what is set here is seen by everything this task runs, and by no other task.
+        current_worker_id.set(self.worker_id)
+        current_task_id.set(claim.task_id)
         self.stats.claimed.append(claim.task_id)
         self._claims[claim.task_id] = claim
         self._say(
@@ -256,6 +288,10 @@ class Worker:
     async def run(self, *, until_idle: bool = False, stop_grace_s: float = 0.0) -> WorkerStats:
         """Claim and run tasks until :meth:`stop` (or, with ``until_idle``, until
         nothing is claimable and nothing is running)."""
+        with self._as_this_worker():
+            return await self._run(until_idle, stop_grace_s)
+
+    async def _run(self, until_idle: bool, stop_grace_s: float) -> WorkerStats:
         if self.register:
             await self.ledger.registry.register(self.worker_id)
         # Reap before the first claim so a burst run picks up orphaned tasks too;
@@ -338,11 +374,20 @@ class Worker:
 
     async def _hand_back_queued(self, reason: str) -> None:
         while self._queued:
-            await self._hand_back(self._queued.popleft(), reason)
+            claim = self._queued.popleft()
+            if await self._hand_back(claim, reason):
+                self._handed_back(claim.task_id)
 
-    async def _hand_back(self, claim: Claim, reason: str) -> None:
+    async def _hand_back(self, claim: Claim, reason: str) -> bool:
         with contextlib.suppress(Exception):
-            await self.ledger.queue.hand_back(claim, reason=reason)
+            return await self.ledger.queue.hand_back(claim, reason=reason)
+        return False
+
+    def _handed_back(self, task_id: str) -> None:
+        """Remember a task given back unfinished on stop or pause (a claim held ahead
+        and given back unstarted is this worker's own scheduling, not counted)."""
+        if task_id not in self.stats.handed_back:
+            self.stats.handed_back.append(task_id)
 
     def _forget(self, task: asyncio.Task[Outcome]) -> None:
         for task_id, running in list(self._running.items()):
@@ -369,6 +414,7 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
             if claim is not None and await self.ledger.queue.hand_back(claim):
+                self._handed_back(task_id)
                 self._say(
                     "handed_back",
                     f"handed back task={task_id[:8]} worker={self.worker_id}",

@@ -8,10 +8,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, select, text, tuple_
+from sqlalchemy import ColumnElement, Select, String, func, select, text, tuple_
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
-from core.filters import COMPARISONS, TaskFilter, Term
+from core.filters import COMPARISONS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
 from core.ledger import rows, version_reads
 from core.ledger.registry import WORKER_GONE_AFTER_S
 from core.ledger.review_diff import VersionDiff, diff_versions
@@ -363,15 +366,46 @@ class Reads:
         )
 
 
+def unreferenced_objects(conn: Connection, keys: list[str]) -> list[str]:
+    """Those of ``keys`` (object store keys) that no document version references, in
+    the caller's transaction."""
+    if not keys:
+        return []
+    query = select(DOCUMENTS.c.object_key).where(DOCUMENTS.c.object_key.in_(keys))
+    used = set(conn.execute(query).scalars())
+    return [key for key in keys if key not in used]
+
+
+class folded(FunctionElement[str]):
+    """SQL for :func:`core.filters.fold` of a text expression: the function the SQLite
+    ledger registers under that name (SQLite's ``lower()`` folds ASCII only), and
+    ``lower()`` elsewhere (PostgreSQL's follows the database's ctype, which under UTF-8
+    is the same simple mapping)."""
+
+    type = String()
+    inherit_cache = True
+    name = "folded"
+
+
+@compiles(folded)
+def _folded_lower(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"lower({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(folded, "sqlite")
+def _folded_sqlite(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"{SQLITE_FOLD_FUNCTION}({compiler.process(element.clauses, **kw)})"
+
+
 def term_clause(term: Term) -> ColumnElement[bool]:
     """SQL for one filter term; NULLs are coalesced so negation means what
-    :meth:`Term.matches` means."""
-    name = func.lower(func.coalesce(DOCUMENTS.c.filename, ""))
+    :meth:`Term.matches` means, and text is case-folded as it folds it."""
+    name = folded(func.coalesce(DOCUMENTS.c.filename, ""))
     code = func.coalesce(TASKS.c.error_code, "")
     value = term.value
     clause: ColumnElement[bool]
     if term.field is None:
-        v = value.lower()
+        v = fold(value)
         clause = (
             name.contains(v, autoescape=True)
             | TASKS.c.id.startswith(v, autoescape=True)
@@ -387,11 +421,9 @@ def term_clause(term: Term) -> ColumnElement[bool]:
         compare: Callable[[Any, int], Any] = COMPARISONS[term.op]
         clause = compare(TASKS.c.attempt, int(value))
     elif term.field == "worker":
-        clause = func.lower(func.coalesce(TASKS.c.worker_id, "")).contains(
-            value.lower(), autoescape=True
-        )
+        clause = folded(func.coalesce(TASKS.c.worker_id, "")).contains(fold(value), autoescape=True)
     elif term.field == "name":
-        clause = name.contains(value.lower(), autoescape=True)
+        clause = name.contains(fold(value), autoescape=True)
     elif term.field == "id":
         clause = TASKS.c.id.startswith(value.lower(), autoescape=True)
     else:

@@ -32,6 +32,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidRequestError, Opera
 
 from core.config import Settings
 from core.errors import BadInput, LedgerUnavailable, SchemaTooNew
+from core.filters import SQLITE_FOLD_FUNCTION, fold
 from core.ledger.migrate import migrate
 
 if TYPE_CHECKING:
@@ -80,6 +81,34 @@ def open_transactions(settings: Settings, *, create: bool = True) -> Transaction
     if url.get_backend_name() == "sqlite":
         return SqliteTransactions(url, settings, create=create)
     return PostgresTransactions(url)
+
+
+def sqlite_ledger_path(db_url: str) -> Path | None:
+    """The file of a SQLite ledger URL; None for another backend.
+
+    Raises:
+        BadInput: A malformed ledger URL.
+    """
+    url = _ledger_url(db_url)
+    return Path(str(url.database)) if url.get_backend_name() == "sqlite" else None
+
+
+def no_ledger(path: Path) -> LedgerUnavailable:
+    """The refusal of a command that needs a SQLite ledger where there is none."""
+    return LedgerUnavailable(
+        f"no ledger at {path} — run `ingestdesk add` or `ingestdesk demo` to create one"
+    )
+
+
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The nearest of ``folder`` and its parents that exists as something other than
+    a directory (the ledger's folder cannot be made under it), or None."""
+    for candidate in (folder, *folder.parents):
+        if candidate.is_dir():
+            return None
+        if candidate.exists():
+            return candidate
+    return None
 
 
 def shown_url(url: URL | str) -> str:
@@ -155,8 +184,13 @@ class SqliteTransactions:
         self.url = url
         path = Path(str(url.database))
         if not create and not path.is_file():
+            raise no_ledger(path)
+        blocker = _file_in_the_way(path.parent)
+        if blocker is not None:
+            # mkdir would say "File exists", which names neither the file nor the fix.
             raise LedgerUnavailable(
-                f"no ledger at {path} — run `ingestdesk add` or `ingestdesk demo` to create one"
+                f"cannot open ledger {path}: cannot create its folder: {blocker} is a "
+                "file, not a directory"
             )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -209,6 +243,9 @@ def _install_sqlite_hooks(engine: Engine, synchronous: str, busy_timeout_ms: int
         cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
+        # Filters fold case in SQL exactly as in memory (see core.filters.fold);
+        # deterministic, so SQLite may use it like a built-in.
+        dbapi_connection.create_function(SQLITE_FOLD_FUNCTION, 1, _fold_sql, deterministic=True)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -218,6 +255,11 @@ def _install_sqlite_hooks(engine: Engine, synchronous: str, busy_timeout_ms: int
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         else:
             conn.exec_driver_sql("BEGIN")
+
+
+def _fold_sql(value: object) -> object:
+    """:func:`core.filters.fold` as SQLite calls it: NULL and non-text pass through."""
+    return fold(value) if isinstance(value, str) else value
 
 
 class PostgresTransactions:

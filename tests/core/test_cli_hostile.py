@@ -802,6 +802,10 @@ def test_errors_that_quote_input_are_escaped(
         ["--db", str(tmp_path / "l.db"), "tasks", "--filter", "attempt:>\u202e1\x1b[2J"],
         ["--db", str(tmp_path / "l.db"), "tasks", "--bogus\x1b[2J"],  # a usage error
     ]
+    # The ledger the hostile task id is looked up in (a refused upload creates none).
+    good = str(write(tmp_path / "ok.txt", TEXT))
+    assert main(["--db", str(tmp_path / "l.db"), "--store", str(tmp_path / "o"), "add", good]) == 0
+    capsys.readouterr()
     for args in commands:
         for extra in ([], ["--json"]):
             code = main([*args, *extra, "--store", str(tmp_path / "o")])

@@ -552,12 +552,13 @@ async def test_pool_reports_a_dead_child_and_replaces_it() -> None:
         (pid,) = pool.child_pids
         parsing = asyncio.create_task(pool.parse(_slow_pdf(), "pdf"))
         await asyncio.sleep(0.3)
-        os.kill(pid, signal.SIGKILL)  # as the kernel's OOM killer would
-        # One death may not be the document's doing: the parse runs again on a fresh
-        # process. A document that kills that one too is reported.
+        # A crash, as a hostile file would make one (an outside SIGKILL is transient:
+        # parser_killed). One crash may not be the document's doing: the parse runs
+        # again on a fresh process. A document that crashes that one too is reported.
+        os.kill(pid, signal.SIGSEGV)
         retry_pid = await _next_busy_child(pool, pid)
         await asyncio.sleep(0.3)
-        os.kill(retry_pid, signal.SIGKILL)
+        os.kill(retry_pid, signal.SIGSEGV)
 
         with pytest.raises(ParseFailure) as caught:
             await parsing
