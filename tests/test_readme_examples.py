@@ -478,7 +478,9 @@ def test_every_cli_reference_row_does_what_it_says(
         (2, "published"),
         (3, "review_pending"),
     ]
-    assert run("document", doc_a).code == 4
+    assert run("chunks", doc_a).code == 4
+    gone = value("document", doc_a)  # its history is kept
+    assert gone["deleted"] is True and gone["history"][-1]["action"] == "delete"
     assert value("search", "reaper", "--all") == []
 
     # errors: the error codes, what they mean, what to do

@@ -98,7 +98,7 @@ async def metrics(request: Request, caller: Viewer) -> Response:
 async def search(
     request: Request,
     caller: Viewer,
-    q: Annotated[str, Query(min_length=1, description="words to look for")],
+    q: Annotated[str, Query(description="words to look for")],
     limit: Annotated[int, Query(ge=1, le=SEARCH_MAX)] = 20,
 ) -> list[dict[str, Any]]:
     """Best first. Each hit names its version (``family_id``, ``version_no``; at most

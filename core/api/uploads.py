@@ -142,9 +142,11 @@ async def read_upload(request: Request, max_bytes: int) -> Upload:
     files = [p for p in parts if p.name == "file"]
     if len(files) != 1:
         raise ApiProblem(422, "BadInput", "send exactly one file in the form field 'file'")
-    return Upload(
-        bytes(files[0].data),
-        files[0].filename,
-        _text_field(parts, "name"),
-        _text_field(parts, "replaces"),
-    )
+    replaces = _text_field(parts, "replaces")
+    if replaces is None and any(p.name == "replaces" for p in parts):
+        # A blank field is a client's mistake, not "no document": taken as absent, it
+        # made a new, unrelated document (the CLI's --replaces '' is refused too).
+        raise ApiProblem(
+            422, "BadInput", "replaces is blank: name the document this is a version of"
+        )
+    return Upload(bytes(files[0].data), files[0].filename, _text_field(parts, "name"), replaces)

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.api.auth import Operator, Publisher, Viewer
+from core.api.auth import Publisher, Viewer
 from core.api.context import ledger_of
 from core.api.problems import responses
 from core.api.routing import GuardedRoute
@@ -201,9 +201,12 @@ async def withdraw(
     ),
 )
 async def delete(
-    request: Request, document_id: str, caller: Operator, reason: QueryReason = None
+    request: Request, document_id: str, caller: Publisher, reason: QueryReason = None
 ) -> dict[str, Any]:
-    """Any version's id names the whole document, and every version goes: the answer
+    """A publisher's: deleting takes a published document out of search, which an
+    operator may not do by withdrawing it.
+
+    Any version's id names the whole document, and every version goes: the answer
     lists them (200), so a client that named one version sees what else was removed.
     Refused (409) while one of its tasks is running; its queued tasks fail with
     ``document_not_found`` when claimed. The history stays."""

@@ -6,6 +6,7 @@ history), the review desk's decisions ``publish``, ``reject``, ``withdraw`` and
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
@@ -38,9 +39,16 @@ async def cmd_submit(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
         again = " (already done under this idempotency key; nothing new)" if once.replayed else ""
     else:
         task = await ledger.operator.submit(args.document_id, actor=args.actor)
+    ident = args.document_id.strip().lower()
+    named = (
+        ""
+        if task.document_id.startswith(ident)
+        else f" ({ident} names the document; its draft {task.document_id[:8]} is the one submitted)"
+    )
     out.emit(
         task.to_dict(),
-        f"submitted task={task.task_id} document={task.document_id} status={task.status}{again}",
+        f"submitted task={task.task_id} document={task.document_id} status={task.status}"
+        f"{again}{named}",
     )
 
 
@@ -52,12 +60,20 @@ async def cmd_documents(ledger: Ledger, args: argparse.Namespace, out: Output) -
 
 async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     """``ingestdesk document DOC_ID``: one version of a document, its row version and
-    tasks, then every version of the document and the document's history."""
-    doc = await ledger.reads.get_document(args.document_id)
+    tasks, then every version of the document and the document's history. A deleted
+    document is shown from its history, which outlives it."""
+    try:
+        doc = await ledger.reads.get_document(args.document_id)
+    except NotFound:
+        # Not in the ledger: deleted, if its history names it (else NotFound again).
+        history = await ledger.reads.document_history(args.document_id)
+        await _deleted_document(ledger, args.document_id, history, out)
+        return
     tasks = await ledger.reads.list_tasks(document_id=doc.document_id, limit=None)
     versions = await ledger.reads.versions(doc.document_id)
-    history = await _history(ledger, doc)
+    history = await ledger.reads.document_history(doc.document_id)
     value = doc.to_dict() | {
+        "deleted": False,
         "tasks": [t.to_dict() for t in tasks],
         "versions": [v.to_dict() for v in versions],
         "history": [e.to_dict() for e in history],
@@ -78,13 +94,59 @@ async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) ->
     out.emit(value, lines)
 
 
-async def _history(ledger: Ledger, doc: DocumentView) -> list[DocumentEventView]:
-    """The document's history; empty for one recorded before ingestdesk kept histories
-    (a ledger upgraded from before versions), for which the ledger answers NotFound."""
-    try:
-        return await ledger.reads.document_history(doc.document_id)
-    except NotFound:
-        return []
+async def _deleted_document(
+    ledger: Ledger, given: str, history: Sequence[DocumentEventView], out: Output
+) -> None:
+    """A deleted document as its history keeps it: which version the id named, what
+    each version was when the document was deleted, who deleted it and why, its
+    tasks (which outlive it) and the whole history."""
+    ident = given.strip().lower()
+    named = next(e for e in history if e.document_id.startswith(ident))
+    # The last line of each version: its delete, which says what it was.
+    last: dict[str, DocumentEventView] = {}
+    for event in history:
+        last[event.document_id] = event
+    versions = sorted(last.values(), key=lambda e: e.version_no)
+    gone = last[named.document_id]
+    tasks = await ledger.reads.list_tasks(document_id=named.document_id, limit=None)
+    value = {
+        "document_id": named.document_id,
+        "family_id": named.family_id,
+        "version_no": named.version_no,
+        "status": "deleted",
+        "deleted": True,
+        "deleted_at": gone.at,
+        "deleted_by": gone.actor,
+        "reason": gone.reason,
+        "tasks": [t.to_dict() for t in tasks],
+        "versions": [
+            {
+                "document_id": e.document_id,
+                "version_no": e.version_no,
+                "status": "deleted",
+                "status_before": e.from_status,
+            }
+            for e in versions
+        ],
+        "history": [e.to_dict() for e in history],
+    }
+    why = f", reason {gone.reason!r}" if gone.reason else ""
+    lines = [
+        f"document  {named.document_id}  (deleted)",
+        f"version   v{named.version_no} of document {named.family_id}",
+        f"status    deleted {when(gone.at)} by {gone.actor}{why}; its history is kept",
+        "tasks:",
+        *(f"  {task_line(t)}" for t in tasks),
+        "versions (deleted with the document; each as it was):",
+        *(
+            f"  {'*' if e.document_id == named.document_id else ' '} v{e.version_no:<3} "
+            f"{e.document_id[:8]}  {e.from_status or '-'}"
+            for e in versions
+        ),
+        "history:",
+        *(_event_line(e) for e in history),
+    ]
+    out.emit(value, lines)
 
 
 def _version_line(v: DocumentView, *, shown: bool) -> str:
@@ -104,6 +166,15 @@ def _event_line(e: DocumentEventView) -> str:
     )
 
 
+def _acted_on(given: str, doc: DocumentView, done: str = "acted on") -> str:
+    """What an answer adds when the id given names the document and another of its
+    versions is the one acted on (see core.ledger.version_reads.acting_version)."""
+    ident = given.strip().lower()
+    if doc.document_id.startswith(ident):
+        return ""
+    return f" ({ident} names the document; its version v{doc.version_no} is the one {done})"
+
+
 async def cmd_publish(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     """``ingestdesk publish DOC_ID``: approve a version waiting for review (or a
     withdrawn one); the document's previously published version is retired in the
@@ -117,7 +188,7 @@ async def cmd_publish(ledger: Ledger, args: argparse.Namespace, out: Output) -> 
     out.emit(
         doc.to_dict(),
         f"published document={doc.family_id} version=v{doc.version_no} ({doc.document_id}) "
-        f"name={doc.filename}: search finds this version now",
+        f"name={doc.filename}: search finds this version now{_acted_on(args.document_id, doc)}",
     )
 
 
@@ -127,7 +198,7 @@ async def cmd_reject(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
     out.emit(
         doc.to_dict(),
         f"rejected document={doc.family_id} version=v{doc.version_no} ({doc.document_id}): "
-        "a draft again, its chunks dropped",
+        f"a draft again, its chunks dropped{_acted_on(args.document_id, doc)}",
     )
 
 
@@ -137,7 +208,7 @@ async def cmd_withdraw(ledger: Ledger, args: argparse.Namespace, out: Output) ->
     out.emit(
         doc.to_dict(),
         f"withdrew document={doc.family_id} version=v{doc.version_no} ({doc.document_id}): "
-        "out of search; `ingestdesk publish` puts it back",
+        f"out of search; `ingestdesk publish` puts it back{_acted_on(args.document_id, doc)}",
     )
 
 
@@ -153,17 +224,26 @@ async def cmd_delete(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
 
 
 async def cmd_chunks(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    """``ingestdesk chunks DOC_ID``: a document's chunks."""
-    chunks = await ledger.reads.chunks(args.document_id)
-    out.emit(
-        [c.to_dict() for c in chunks],
-        [
-            f"{c.ordinal:>4}  page={c.page if c.page is not None else '-':<4} "
-            f"{c.text[:CHUNK_PREVIEW_CHARS]!r}"
-            for c in chunks
-        ]
-        or ["no chunks"],
-    )
+    """``ingestdesk chunks DOC_ID``: a document's chunks: those of the version the id
+    names, or, for the document's name whose first version keeps none, those of the
+    version search finds (core.ledger.version_reads.document_chunks)."""
+    version, chunks = await ledger.reads.document_chunks(args.document_id)
+    header = _acted_on(args.document_id, version, "shown")
+    lines = [
+        f"{c.ordinal:>4}  page={c.page if c.page is not None else '-':<4} "
+        f"{c.text[:CHUNK_PREVIEW_CHARS]!r}"
+        for c in chunks
+    ] or [
+        f"no chunks (version v{version.version_no} {version.document_id[:8]} is "
+        f"{version.status.value})"
+    ]
+    if header:
+        lines.insert(
+            0,
+            f"document={version.family_id} version=v{version.version_no} "
+            f"({version.document_id}) {version.status.value}{header}:",
+        )
+    out.emit([c.to_dict() for c in chunks], lines)
 
 
 async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
@@ -179,6 +259,16 @@ async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
         [h.to_dict() for h in hits],
         lines or ["no matches (only published documents are searchable; --all includes the rest)"],
     )
+
+
+def search_limit(value: str) -> int:
+    """``search --limit``: from 1 to the most hits a search returns
+    (:data:`core.ledger.search.SEARCH_LIMIT_MAX`, the one constant)."""
+    # Imported when a limit is given, not when the parser is built: every command's
+    # parser is built, and the ledger's modules (SQLAlchemy) would slow them all.
+    from core.ledger.search import SEARCH_LIMIT_MAX
+
+    return whole_number(1, SEARCH_LIMIT_MAX)(value)
 
 
 # ------------------------------------------------------------------ arguments
@@ -219,7 +309,13 @@ def _delete(parser: argparse.ArgumentParser) -> None:
 def _search(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query")
     parser.add_argument("--all", action="store_true", help="include documents not yet published")
-    limit_argument(parser, DEFAULT_SEARCH_LIMIT, "hits shown")
+    parser.add_argument(
+        "--limit",
+        type=search_limit,
+        default=DEFAULT_SEARCH_LIMIT,
+        help=f"hits shown at most (default {DEFAULT_SEARCH_LIMIT}; more than one search "
+        "returns is refused)",
+    )
 
 
 # None of these can do anything in a ledger that does not exist yet: a missing one is

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from core.config import Settings
 from core.errors import BadInput, Conflict, NotFound
 from core.filters import TaskFilter
 from core.intake import check_upload, display_name, read_upload
-from core.ledger import idempotency, rows
+from core.ledger import idempotency, rows, version_reads
 from core.ledger.idempotency import Once
 from core.ledger.reads import Reads
 from core.ledger.schema import CANCELLABLE_SQL, DOCUMENT_EVENTS, DOCUMENTS, OUTBOX, TASKS
@@ -34,6 +34,8 @@ from core.states import CANCELLABLE, DocumentKind, DocumentStatus, Stage, TaskSt
 from core.store import ObjectStore
 
 REASON_MAX = 500  # characters of a reason kept in the history
+# Ids bound in one IN (...) list at most: SQLite allows 32766 host parameters.
+IN_LIST_MAX = 1000
 
 
 def _one_of(names: list[str]) -> str:
@@ -230,7 +232,9 @@ class Operator:
         task_id = self._ids()
 
         def tx(conn: Connection) -> TaskView:
-            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            doc_id = version_reads.draft_to_submit(
+                conn, document_id, exact=expected_version is not None
+            )
             return self._submit_in(conn, doc_id, task_id, now, actor, expected_version)
 
         return await self._tx.write(tx)
@@ -247,15 +251,19 @@ class Operator:
         task_id = self._ids()
 
         def tx(conn: Connection) -> Once[TaskView]:
-            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
-            fingerprint = idempotency.fingerprint("submit", document_id=doc_id)
+            # The request as the client made it (the id it named) is what a repeat
+            # matches: by then the draft it reached is processing, and the
+            # document's name reaches no draft.
+            named = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            fingerprint = idempotency.fingerprint("submit", document_id=named)
             earlier = idempotency.find(conn, key, fingerprint)
             if earlier is not None and earlier.task_id is not None:
                 task = rows.task_view(conn, earlier.task_id)
                 if task is not None:
                     return Once(task, replayed=True)
+            doc_id = version_reads.draft_to_submit(conn, named, exact=False)
             task = self._submit_in(conn, doc_id, task_id, now, actor, None)
-            idempotency.record(conn, key, fingerprint, doc_id, task.task_id, now)
+            idempotency.record(conn, key, fingerprint, named, task.task_id, now)
             return Once(task, replayed=False)
 
         return await self._tx.write(tx)
@@ -365,7 +373,7 @@ class Operator:
             # A draft never keeps a half-built index from the abandoned run.
             DELETE_CHUNKS.rowcount(conn, {"p_document_id": row.document_id})
             rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
-            return TaskView.from_row(row)
+            return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))
 
         return await self._tx.write(tx)
 
@@ -419,18 +427,55 @@ class Operator:
     ) -> BulkResult:
         """Requeue every failed task matching the filter (see :meth:`bulk_cancel`)."""
 
+        # The single retry's rule (requeue_failed): the task is failed and so is its
+        # document. A failed task whose document moved on (a newer version retired
+        # it, or it was deleted) is not eligible, and the dry run says so rather
+        # than counting it and the real run refusing it.
+        documents: dict[str, DocumentStatus | None] = {}
+
+        def document_failed(t: TaskView) -> bool:
+            return documents.get(t.document_id) is DocumentStatus.FAILED
+
         def why(t: TaskView) -> str:
             if t.status is TaskStatus.CANCELLED:
                 return "cancelled: submit the document again instead"
-            return f"{t.status.value}: only failed tasks can be retried"
+            if t.status is not TaskStatus.FAILED:
+                return f"{t.status.value}: only failed tasks can be retried"
+            status = documents.get(t.document_id)
+            if status is None:
+                return "failed: its document no longer exists; upload it again"
+            return f"failed: its document is {status.value}, not failed"
+
+        async def load(tasks: Sequence[TaskView]) -> None:
+            failed = {t.document_id for t in tasks if t.status is TaskStatus.FAILED}
+            documents.update(await self._document_statuses(failed))
 
         return await self._bulk(
             filter,
-            lambda t: t.status is TaskStatus.FAILED,
+            lambda t: t.status is TaskStatus.FAILED and document_failed(t),
             why,
             lambda task_id: self.retry(task_id, actor=actor, reason=reason),
             dry_run,
+            before=load,
         )
+
+    async def _document_statuses(
+        self, document_ids: Collection[str]
+    ) -> dict[str, DocumentStatus | None]:
+        """The status of each document (None: it no longer exists), in one read."""
+        ids = list(document_ids)
+
+        def tx(conn: Connection) -> dict[str, DocumentStatus | None]:
+            found: dict[str, DocumentStatus | None] = dict.fromkeys(ids)
+            for chunk in range(0, len(ids), IN_LIST_MAX):
+                part = ids[chunk : chunk + IN_LIST_MAX]
+                for doc_id, status in conn.execute(
+                    select(DOCUMENTS.c.id, DOCUMENTS.c.status).where(DOCUMENTS.c.id.in_(part))
+                ):
+                    found[doc_id] = DocumentStatus(status)
+            return found
+
+        return await self._tx.read(tx)
 
     async def _bulk(
         self,
@@ -439,6 +484,7 @@ class Operator:
         why_not: Callable[[TaskView], str],
         act: Callable[[str], Awaitable[TaskView]],
         dry_run: bool,
+        before: Callable[[Sequence[TaskView]], Awaitable[None]] | None = None,
     ) -> BulkResult:
         if not filter.names_tasks:
             raise BadInput(
@@ -446,6 +492,8 @@ class Operator:
                 "explicitly that the action is for every task (--all)"
             )
         tasks = await self.reads.list_tasks(filter=filter, limit=None)
+        if before is not None:
+            await before(tasks)  # what eligible() needs besides the tasks
         chosen = [t.task_id for t in tasks if eligible(t)]
         ineligible: dict[str, int] = {}
         for t in tasks:
@@ -538,4 +586,4 @@ def requeue_failed(
         conn, row.document_id, DocumentStatus.FAILED, DocumentStatus.PROCESSING, at=now
     )
     rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
-    return TaskView.from_row(row)
+    return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))

@@ -332,13 +332,28 @@ class Reads:
         """Versions waiting for a person, the longest-waiting first."""
         return await self._tx.read(version_reads.review_queue)
 
+    async def document_chunks(self, document_id: str) -> tuple[DocumentView, list[ChunkView]]:
+        """What ``chunks ID`` shows, in one snapshot: the version whose chunks they are
+        (the one the id names if it keeps chunks; for a document's name whose first
+        version keeps none, the version search finds), and its chunks. See
+        :func:`core.ledger.version_reads.document_chunks`; :meth:`chunks` is exactly
+        the version the id names."""
+        return await self._tx.read(lambda conn: version_reads.document_chunks(conn, document_id))
+
     async def review(self, document_id: str) -> VersionDiff:
-        """A version as a reviewer sees it: its chunks against the published version's."""
+        """A version as a reviewer sees it: its chunks against those of the version
+        publishing it would retire (the published one, else a withdrawn one). For a
+        document's name, the version waiting for review, by the rule actions follow
+        (:func:`core.ledger.version_reads.acting_version`)."""
 
         def tx(conn: Connection) -> VersionDiff:
-            resolved = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
-            candidate = DocumentView.from_row(rows.document_row(conn, resolved))
-            published = version_reads.published_version(conn, candidate.family_id)
+            acting = version_reads.acting_version(
+                conn, document_id, (DocumentStatus.REVIEW_PENDING,)
+            )
+            shown = acting.named if acting.target is None else acting.target
+            resolved = shown.id
+            candidate = DocumentView.from_row(shown)
+            published = version_reads.retired_by_publishing(conn, candidate.family_id)
             if published is not None and published.document_id == candidate.document_id:
                 published = None
             return diff_versions(

@@ -24,10 +24,15 @@ SHORT_ID_MIN = 4  # characters a task/document id prefix needs to be accepted
 _ID_PREFIX = re.compile(rf"[0-9a-f]{{{SHORT_ID_MIN},32}}")
 
 
+def is_id_prefix(ident: str) -> bool:
+    """Whether ``ident`` has the form of an id or an id prefix (see resolve_id)."""
+    return _ID_PREFIX.fullmatch(ident.strip().lower()) is not None
+
+
 def resolve_id(conn: Connection, table: Table, ident: str, what: str) -> str:
     """Accept a full id or a unique prefix (as the dashboard shows them)."""
     ident = ident.strip().lower()
-    if not _ID_PREFIX.fullmatch(ident):
+    if not is_id_prefix(ident):
         raise NotFound(
             f"no {what} {ident!r} (ids are hexadecimal, at least {SHORT_ID_MIN} characters)"
         )
@@ -72,6 +77,12 @@ def task_view(conn: Connection, task_id: str) -> TaskView | None:
     """One task as a view, by full id; None if there is no such task."""
     row = conn.execute(tasks_with_names().where(TASKS.c.id == task_id)).first()
     return None if row is None else TaskView.from_row(row, document_name=row.filename)
+
+
+def document_name(conn: Connection, document_id: str) -> str | None:
+    """A document's name, as a TaskView carries it (None once the document is gone)."""
+    found = conn.execute(select(DOCUMENTS.c.filename).where(DOCUMENTS.c.id == document_id)).scalar()
+    return None if found is None else str(found)
 
 
 def documents_by_id(conn: Connection, document_ids: Iterable[str]) -> dict[str, DocumentView]:

@@ -5,7 +5,13 @@ SQLite ranks with FTS5's BM25 (``bm25()``); PostgreSQL, which has no BM25, with
 ``ts_rank_cd`` normalised by document length (option 1: rank / (1 + log(length))),
 the nearest built-in equivalent: both reward the query's words appearing often and
 close together in a short chunk. Both backends match every word of the query
-(AND), and neither reads user text as query syntax.
+(AND), neither reads user text as query syntax, and both fold case and diacritics
+(``cafe`` finds ``café``): FTS5's unicode61 tokenizer by default, PostgreSQL through
+the ``ingestdesk_search`` text search configuration (migration 0009: ``simple`` with
+``unaccent``), used alike for the indexed column, the query and the snippet.
+
+Text in scripts written without spaces (Chinese, Japanese) is one word per run on
+both backends: ``東京`` does not find ``東京都は日本の首都です``.
 
 Only published rows are searched; at most one version of a document is published
 at a time (see :mod:`core.ledger.versions`), so one statement, reading one snapshot,
@@ -20,6 +26,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, bindparam, func, literal_column, select, text
 from sqlalchemy.engine import Connection
 
+from core.errors import BadInput
 from core.ledger.schema import CHUNKS, DOCUMENTS
 from core.ledger.views import SearchHit
 from core.states import DocumentStatus
@@ -28,6 +35,12 @@ MARK_START = "**"  # around each matched word in a snippet
 MARK_END = "**"
 SNIPPET_WORDS = 16  # words of context in a snippet (FTS5's token count)
 SEARCH_LIMIT_MAX = 1000  # hits one search returns at most
+# PostgreSQL's text search configuration for chunks, queries and snippets: made by
+# migration 0009, which generates chunks.search through it. A ledger from before
+# 0009 has neither, and its column was made with 'simple'.
+PG_SEARCH_CONFIG = "ingestdesk_search"
+PG_SEARCH_CONFIG_BEFORE = "simple"
+NO_WORDS = "nothing to search for: the query has no words"
 
 _COLUMNS = (
     CHUNKS.c.document_id,
@@ -50,7 +63,14 @@ def search_statement(
 ) -> Select[Any]:
     joined = CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id)
     if backend == "postgresql":
-        tsquery = func.plainto_tsquery("simple", bindparam("q", " ".join(words)))
+        # The query and the snippet must fold words as the column did: the database
+        # says which configuration that was (one catalog lookup a statement; the
+        # names are ours, not user text; to_regconfig() is PostgreSQL 16's).
+        config: ColumnElement[Any] = literal_column(
+            "coalesce((SELECT oid::regconfig FROM pg_ts_config WHERE cfgname = "
+            f"'{PG_SEARCH_CONFIG}' LIMIT 1), '{PG_SEARCH_CONFIG_BEFORE}'::regconfig)"
+        )
+        tsquery = func.plainto_tsquery(config, bindparam("q", " ".join(words)))
         vector: ColumnElement[Any] = literal_column("chunks.search")
         options = (
             f"StartSel={MARK_START}, StopSel={MARK_END}, MaxWords={SNIPPET_WORDS + 4}, MinWords=6"
@@ -60,7 +80,7 @@ def search_statement(
             select(
                 *_COLUMNS,
                 score,
-                func.ts_headline("simple", CHUNKS.c.text, tsquery, options).label("snippet"),
+                func.ts_headline(config, CHUNKS.c.text, tsquery, options).label("snippet"),
             )
             .select_from(joined)
             .where(vector.op("@@")(tsquery))
@@ -88,15 +108,28 @@ def search_statement(
     return stmt.limit(limit)
 
 
+def check_query(query: str, limit: int) -> list[str]:
+    """The words of a query that can be searched for, with at most
+    :data:`SEARCH_LIMIT_MAX` hits; every face (CLI, HTTP, dashboard) asks this.
+
+    Raises:
+        BadInput: the query has no word (empty, or only punctuation: it would match
+            nothing, and saying "no matches" would hide the mistake), or the limit is
+            not from 1 to SEARCH_LIMIT_MAX (more would be cut silently).
+    """
+    if not 1 <= limit <= SEARCH_LIMIT_MAX:
+        raise BadInput(f"a search returns from 1 to {SEARCH_LIMIT_MAX} hits (limit {limit} asked)")
+    words = query_words(query)
+    if not words:
+        raise BadInput(NO_WORDS)
+    return words
+
+
 def run_search(
     conn: Connection, backend: str, query: str, *, limit: int, include_unpublished: bool
 ) -> list[SearchHit]:
-    words = query_words(query)
-    if not words:
-        return []
-    stmt = search_statement(
-        backend, words, limit=min(limit, SEARCH_LIMIT_MAX), include_unpublished=include_unpublished
-    )
+    words = check_query(query, limit)
+    stmt = search_statement(backend, words, limit=limit, include_unpublished=include_unpublished)
     return [
         SearchHit(
             document_id=r.document_id,

@@ -24,10 +24,11 @@ from sqlalchemy import Row, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, Conflict
-from core.ledger import rows
+from core.ledger import rows, version_reads
 from core.ledger.actions import Operator, history_reason
 from core.ledger.schema import CHUNKS, DOCUMENTS, IDEMPOTENCY_KEYS, TASKS
 from core.ledger.transactions import Transactions
+from core.ledger.version_reads import describe, going_back, newer_published, refusal
 from core.ledger.views import DocumentView
 from core.safe_text import check_identifier
 from core.states import DocumentStatus, TaskStatus
@@ -124,19 +125,40 @@ class Versions:
         """A person approves a version: review_pending (or withdrawn) → published, and
         the document's previously published version → retired, in one transaction.
 
+        Which version: the one ``document_id`` names if it may be published; for the
+        document's name (its first version's id) whose first version may not, the
+        document's one version waiting for review or withdrawn (see
+        :func:`~core.ledger.version_reads.acting_version`). The answer is the version
+        published. ``expected_version`` is the row version of the version the id
+        names, and with it that version is the only one acted on.
+
         Raises:
-            Conflict: the version is not waiting for review, or (``expected_version``)
-                it changed since the reviewer looked.
+            Conflict: no version of the document (or not exactly one) may be
+                published, or (``expected_version``) it changed since the reviewer
+                looked.
         """
         check_identifier(actor, "actor")
         why = _reason(reason)
         now = self.clock()
+        rule = "only versions waiting for review (or withdrawn) can be published"
 
         def tx(conn: Connection) -> DocumentView:
-            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            acting = version_reads.acting_version(
+                conn, document_id, PUBLISHABLE, exact=expected_version is not None
+            )
+            before = acting.target
+            if before is None:
+                raise Conflict(refusal(acting, rule, "publish"))
+            newer = newer_published(acting.family, before)
+            if newer is not None:
+                # Publishing an old version over a newer one would retire the newer
+                # one for good: going back is a new version (upload --replaces).
+                raise Conflict(
+                    f"{describe(before, acting.family)} is {before.status}, but {going_back(newer)}"
+                )
             statement = (
                 update(DOCUMENTS)
-                .where(D.id == doc_id)
+                .where(D.id == before.id)
                 .where(D.status.in_([s.value for s in PUBLISHABLE]))
                 .values(
                     status=DocumentStatus.PUBLISHED.value,
@@ -147,37 +169,27 @@ class Versions:
             )
             if expected_version is not None:
                 statement = statement.where(D.version == expected_version)
-            before = rows.document_row(conn, doc_id)
-            newer = conn.execute(
-                select(D.id, D.version_no)
-                .where(D.family_id == before.family_id)
-                .where(D.status == DocumentStatus.PUBLISHED.value)
-                .where(D.version_no > before.version_no)
-            ).first()
-            if newer is not None:
-                # Publishing an old version over a newer one would retire the newer
-                # one for good: going back is a new version (upload --replaces).
-                raise Conflict(
-                    f"document {doc_id[:8]} is version {before.version_no}; version "
-                    f"{newer.version_no} ({newer.id[:8]}) is published and newer: upload "
-                    "the old content as a new version to go back"
-                )
             row = conn.execute(statement).first()
             if row is None:
-                raise Conflict(_why_not_publish(conn, before, expected_version))
+                # Writers are serialised, so only the expected version can differ.
+                raise Conflict(
+                    f"document {before.id[:8]} changed since you looked: now version "
+                    f"{before.version} (you expected {expected_version})"
+                )
             # The version search found until now, and older withdrawn ones: all
             # replaced by this one.
-            for old in conn.execute(
-                select(DOCUMENTS)
-                .where(D.family_id == row.family_id)
-                .where(
-                    D.status.in_([DocumentStatus.PUBLISHED.value, DocumentStatus.WITHDRAWN.value])
-                )
-                .where(D.id != doc_id)
-            ).all():
-                _retire(
-                    conn, old, actor=actor, at=now, reason=f"replaced by version {row.version_no}"
-                )
+            for old in acting.family:
+                if old.id != row.id and old.status in {
+                    DocumentStatus.PUBLISHED.value,
+                    DocumentStatus.WITHDRAWN.value,
+                }:
+                    _retire(
+                        conn,
+                        old,
+                        actor=actor,
+                        at=now,
+                        reason=f"replaced by version {row.version_no}",
+                    )
             rows.record_document_event(
                 conn,
                 row,
@@ -282,10 +294,16 @@ class Versions:
         rule: str,
         drop_chunks: bool = False,
     ) -> DocumentView:
+        """Move the version ``document_id`` means for this action (see
+        :func:`~core.ledger.version_reads.acting_version`) from ``source`` to
+        ``target``, or refuse with ``rule``."""
         now = self.clock()
 
         def tx(conn: Connection) -> DocumentView:
-            doc_id = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            acting = version_reads.acting_version(conn, document_id, (source,))
+            if acting.target is None:
+                raise Conflict(refusal(acting, rule, action))
+            doc_id = acting.target.id
             row = conn.execute(
                 update(DOCUMENTS)
                 .where((D.id == doc_id) & (D.status == source.value))
@@ -293,8 +311,9 @@ class Versions:
                 .returning(*DOCUMENTS.c)
             ).first()
             if row is None:
-                current = rows.document_row(conn, doc_id)
-                raise Conflict(f"document {doc_id[:8]} is {current.status}; {rule}")
+                # Writers are serialised (BEGIN IMMEDIATE, PostgreSQL's advisory
+                # lock), so this is only a safeguard.
+                raise Conflict(f"{describe(acting.target, acting.family)} changed; try again")
             if drop_chunks:
                 _delete_chunks(conn, [doc_id])
             rows.record_document_event(
@@ -351,29 +370,4 @@ def _retire(conn: Connection, old: Any, *, actor: str, at: float, reason: str) -
         from_status=old.status,
         to_status=DocumentStatus.RETIRED.value,
         reason=reason,
-    )
-
-
-def _why_not_publish(conn: Connection, doc: Any, expected_version: int | None) -> str:
-    short = doc.id[:8]
-    if doc.status in {s.value for s in PUBLISHABLE}:
-        return (
-            f"document {short} changed since you looked: now version {doc.version} "
-            f"(you expected {expected_version})"
-        )
-    waiting = conn.execute(
-        select(D.id, D.version_no)
-        .where(D.family_id == doc.family_id)
-        .where(D.status == DocumentStatus.REVIEW_PENDING.value)
-        .order_by(D.version_no.desc())
-        .limit(1)
-    ).first()
-    hint = (
-        f"; its version {waiting.version_no} ({waiting.id[:8]}) waits for review: publish that"
-        if waiting is not None and waiting.id != doc.id
-        else ""
-    )
-    return (
-        f"document {short} is {doc.status}; only versions waiting for review (or withdrawn) "
-        f"can be published{hint}"
     )

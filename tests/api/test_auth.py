@@ -20,7 +20,8 @@ ENDPOINTS = (
     ("POST", "/api/documents/{doc}/publish", "publisher"),
     ("POST", "/api/documents/{doc}/reject", "publisher"),
     ("POST", "/api/documents/{doc}/withdraw", "publisher"),
-    ("DELETE", "/api/documents/{doc}", "operator"),
+    # Deleting takes a document out of search, as withdrawing does.
+    ("DELETE", "/api/documents/{doc}", "publisher"),
     ("GET", "/api/documents/{doc}/versions", "viewer"),
     ("GET", "/api/documents/{doc}/history", "viewer"),
     ("GET", "/api/documents/{doc}/review", "viewer"),

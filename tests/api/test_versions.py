@@ -208,6 +208,10 @@ async def _claim(settings: Settings, task_id: str) -> None:
 def test_replace_and_delete_refuse_what_the_ledger_refuses(api: Api) -> None:
     with api.client() as client:
         is_problem(replace(client, "0123456789abcdef", V2, "x.md"), 404, "NotFound")
+        # A blank replaces is a mistake, not a new document.
+        blank = replace(client, "  ", V2, "x.md")
+        is_problem(blank, 422, "BadInput")
+        assert "replaces is blank" in blank.json()["detail"]
         doc = upload(client, V1, "busy.md")
         task = submit(client, doc["document_id"]).json()
         # A version is processing (queued): no new version until it is done.
@@ -223,7 +227,8 @@ def test_replace_and_delete_refuse_what_the_ledger_refuses(api: Api) -> None:
         is_problem(keyed, 422, "BadInput")
 
         asyncio.run(_claim(api.settings, task["task_id"]))  # the task is running now
-        running = client.delete(f"/api/documents/{doc['document_id']}")
+        with api.client("publisher") as publisher:
+            running = publisher.delete(f"/api/documents/{doc['document_id']}")
         is_problem(running, 409, "Conflict")
         assert (
             "is running; cancel it (or let it finish) before deleting" in (running.json()["detail"])
@@ -240,7 +245,10 @@ def test_delete_removes_every_version_and_keeps_the_history(api: Api) -> None:
         cancelled = client.delete(f"/api/ingestion-tasks/{task['task_id']}")
         assert cancelled.status_code == 200, cancelled.text
 
-        answer = client.delete(
+        # An operator may not take a published document out of search this way.
+        refused = client.delete(f"/api/documents/{v2['document_id']}")
+        is_problem(refused, 403, "Forbidden")
+        answer = publisher.delete(
             f"/api/documents/{v2['document_id']}", params={"reason": "wrong port"}
         )
         assert answer.status_code == 200, answer.text
@@ -252,7 +260,7 @@ def test_delete_removes_every_version_and_keeps_the_history(api: Api) -> None:
         ]
         for doc in (v1, v2):
             is_problem(client.get(f"/api/documents/{doc['document_id']}"), 404, "NotFound")
-        is_problem(client.delete(f"/api/documents/{v1['document_id']}"), 404, "NotFound")
+        is_problem(publisher.delete(f"/api/documents/{v1['document_id']}"), 404, "NotFound")
         assert hits(client, "harbour") == []
         history = client.get(f"/api/documents/{v1['document_id']}/history").json()
         deleted = [e for e in history if e["action"] == "delete"]
@@ -264,7 +272,8 @@ def test_a_queued_task_of_a_deleted_document_fails_when_claimed(api: Api) -> Non
     with api.client() as client:
         doc = upload(client, V1, "queued.md")
         task = submit(client, doc["document_id"]).json()
-        assert client.delete(f"/api/documents/{doc['document_id']}").status_code == 200
+        with api.client("publisher") as publisher:
+            assert publisher.delete(f"/api/documents/{doc['document_id']}").status_code == 200
         assert api.worker("--until-idle").returncode == 0
         failed = client.get(f"/api/ingestion-tasks/{task['task_id']}").json()
         assert (failed["status"], failed["error_code"]) == ("failed", "document_not_found")

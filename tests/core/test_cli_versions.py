@@ -285,7 +285,14 @@ def test_delete_removes_every_version_and_refuses_while_a_task_runs(
     deleted = ok(cli("delete", v2["document_id"][:8], "--reason", "obsolete"))
     assert deleted.stdout == f"deleted document={family}: v1 (published), v2 (draft)\n"
     for version in (family, v2["document_id"]):
-        assert "no document" in refused(cli, EXIT_NOT_FOUND, "document", version)
+        assert "no document" in refused(cli, EXIT_NOT_FOUND, "chunks", version)
+        # Its history is kept, and shown by any of its versions' ids.
+        gone = value(cli, "document", version)
+        assert gone["deleted"] is True
+        assert (gone["history"][-1]["action"], gone["history"][-1]["reason"]) == (
+            "delete",
+            "obsolete",
+        )
     assert value(cli, "search", "reaper", "--all") == []
     assert value(cli, "documents") == []
 

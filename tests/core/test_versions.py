@@ -129,8 +129,14 @@ async def test_two_concurrent_publishes_of_one_candidate_one_wins(ledger: Ledger
 async def test_publishing_a_published_version_points_at_the_candidate(ledger: Ledger) -> None:
     v1 = await published_doc(ledger)
     v2 = await candidate(ledger, v1.document_id, "beta")
+    # Pinned to the version the id names (its row version), the published v1 is the
+    # only one acted on, and the answer points at the candidate.
     with pytest.raises(Conflict, match=rf"version 2 \({v2.document_id[:8]}\) waits for review"):
-        await ledger.versions.publish(v1.document_id)
+        await ledger.versions.publish(v1.document_id, expected_version=v1.version)
+    # Unpinned, the document's id names the document: its candidate is published.
+    published = await ledger.versions.publish(v1.document_id)
+    assert (published.document_id, published.version_no) == (v2.document_id, 2)
+    assert markers(await ledger.reads.search(WORD)) == {"beta"}
 
 
 async def test_reject_returns_the_candidate_to_draft_with_its_reason(ledger: Ledger) -> None:

@@ -54,6 +54,12 @@ class DashboardScreen(Screen[None]):
         Binding("r", "retry", "Retry"),
         Binding("f", "failures", "Failures"),
         Binding("v", "review", "Review", tooltip="Versions waiting for review: publish or reject"),
+        # The app's own ^f comes after every key of this screen, past the end of an
+        # 80-column footer: on a narrow screen this one shows it here instead (see
+        # check_action; on a wide one the app's answers).
+        Binding(
+            "ctrl+f", "search", "Search", key_display="^f", tooltip="Search published documents"
+        ),
         Binding("enter", "detail", "Detail"),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("b", "bulk", "Bulk", tooltip="Cancel or retry everything matching the filter"),
@@ -339,15 +345,23 @@ class DashboardScreen(Screen[None]):
         self.app.push_screen(BulkScreen(self.query_filter, operator))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "toggle_side":
-            # Only a narrow screen folds the panel away; a wide one shows both.
+        if action in {"toggle_side", "search"}:
+            # Only a narrow screen folds the panel away; a wide one shows both. And
+            # only a narrow one needs ^f early in the footer (False hands the key to
+            # the app's binding).
             return self.has_class("-narrow")
         return policy.allows(self.desk, action)
 
+    async def action_search(self) -> None:
+        await self.app.run_action("app.search")
+
     def on_resize(self) -> None:
         # The breakpoint classes change with the width, and with them whether the
-        # panel key belongs in the footer.
+        # panel and search keys belong early in the footer. An 80-column footer has
+        # room for the table's keys and ^f Search, not for the palette's hint too:
+        # ^p still opens it, and the help screen lists it.
         self.refresh_bindings()
+        self.query_one(Footer).show_command_palette = not self.has_class("-narrow")
 
     def palette_commands(self) -> list[tuple[str, str, str, Callable[[], object]]]:
         """(title, help, action, callback) for the command palette."""

@@ -22,7 +22,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from core import DocumentStatus, DocumentView, SearchHit, visible
+from core import DocumentStatus, DocumentView, NotFound, SearchHit, visible
 from core.states import DOCUMENT_MEANING
 from tui.desk import Desk, desk_of
 from tui.format import HIT_STYLE, failure_line, plain, shorten, snippet_text, when
@@ -100,9 +100,12 @@ class DocumentScreen(Screen[None]):
     async def load(self) -> None:
         reads = self.desk.reads
         try:
-            found = await reads.versions(self.document_id)
+            try:
+                found = await reads.versions(self.document_id)
+            except NotFound:
+                found = []  # deleted: its history outlives it, and is shown
             history = await reads.document_history(self.document_id)
-        except Exception as exc:  # deleted meanwhile, or unreadable
+        except Exception as exc:  # never in the ledger, or unreadable
             self.query_one("#document-fields", Static).update(Text(failure_line(exc)))
             return
         this = next((v for v in found if v.document_id == self.document_id), None)
@@ -152,7 +155,8 @@ def fields_table(this: DocumentView | None, versions: Sequence[DocumentView]) ->
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
     if this is None:
-        grid.add_row("version", Text("no longer in the ledger", style="dim"))
+        grid.add_row("version", Text("deleted: no longer in the ledger", style="dim"))
+        grid.add_row("history", Text("kept, below", style="dim"))
         return grid
     status = Text(this.status.value, style="bold")
     status.append(f" — {DOCUMENT_MEANING[this.status]}", style="")

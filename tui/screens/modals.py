@@ -56,7 +56,10 @@ class ConfirmScreen(ModalScreen[str | None]):
             if self.ask_reason:
                 need = "required" if self.require_reason else "optional"
                 yield PlainInput(placeholder=f"reason ({need}, kept in the audit log)", id="reason")
-                yield Label("", id="reason-missing", classes="dialog-error", markup=False)
+                # shrink: wrapped to the dialog's width, not cut at its edge.
+                yield Label(
+                    "", id="reason-missing", classes="dialog-error", markup=False, shrink=True
+                )
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self.confirm_label, variant="error", id="confirm")
                 yield Button("Back", id="back")

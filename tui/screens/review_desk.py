@@ -1,8 +1,9 @@
 """The review desk: document versions waiting for a person, the longest-waiting
-first, and for the selected one what changed against the version search finds now —
-chunk and page counts before → after, the lines added (green) and removed (red),
-and its first chunks. ``p`` publishes it, ``r`` rejects it (with a reason); enter
-opens the document's versions and history.
+first, and for the selected one what changed against the version publishing it
+retires (the one search finds now, or a withdrawn one) — chunk and page counts
+before → after, the lines added (green) and removed (red), and its first chunks.
+``p`` publishes it, ``r`` rejects it (with a reason); enter opens the document's
+versions and history.
 
 Everything drawn here that came from a document or a user (names, chunk text, diff
 lines) goes through :func:`core.visible` into :class:`~rich.text.Text`, never markup:
@@ -23,7 +24,7 @@ from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from core import ChunkView, DocumentView, TaskStatus, visible
+from core import ChunkView, DocumentStatus, DocumentView, TaskStatus, visible
 from tui import policy
 from tui.desk import Desk, desk_of
 from tui.format import age, failure_line, shorten
@@ -79,12 +80,18 @@ def summary_text(diff: VersionDiff, now: float) -> Text:
     out.append(f"  v{version.version_no}", style="bold")
     out.append(f"  row version {version.version}  ·  waiting {age(now - version.updated_at)}\n")
     out.append(f"document {version.family_id[:8]}  ·  this version {version.document_id[:8]}\n")
-    if diff.published is None:
+    replaced = diff.published
+    if replaced is None:
         out.append("first to be published: nothing of this document is searchable yet\n")
+    elif replaced.status is DocumentStatus.WITHDRAWN:
+        # Out of search, but publishing this version retires it all the same.
+        out.append(
+            f"against withdrawn version {replaced.version_no} "
+            f"({replaced.document_id[:8]}), not searchable now; publishing retires it\n"
+        )
     else:
         out.append(
-            f"against v{diff.published.version_no} ({diff.published.document_id[:8]}), "
-            "which search finds now\n"
+            f"against v{replaced.version_no} ({replaced.document_id[:8]}), which search finds now\n"
         )
     out.append(f"chunks {diff.chunks_before} → {diff.chunks_after}", style="bold")
     out.append(f"   pages {diff.pages_before} → {diff.pages_after}   lines ")
@@ -278,6 +285,8 @@ class ReviewDeskScreen(Screen[None]):
         shown = self.query_one("#review-diff", Static)
         if diff.published is None:
             shown.border_title = "Its text (nothing published to compare with)"
+        elif diff.published.status is DocumentStatus.WITHDRAWN:
+            shown.border_title = f"What changed against withdrawn v{diff.published.version_no}"
         else:
             shown.border_title = f"What changed against v{diff.published.version_no}"
         shown.update(

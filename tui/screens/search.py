@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from core import SearchHit, visible
+from core import BadInput, SearchHit, visible
 from tui.desk import Desk, desk_of
 from tui.format import failure_line, shorten, snippet_text
 from tui.widgets.plain_input import PlainInput
@@ -117,7 +117,14 @@ class SearchScreen(Screen[None]):
         status = self.query_one("#search-status", Static)
         try:
             hits = await self.desk.reads.search(query, limit=SEARCH_LIMIT)
-        except Exception as exc:  # the ledger's refusal, or a database fault
+        except BadInput as exc:
+            # A query with no word in it ("!!!"): the hits of the last one would
+            # read as its answer.
+            self.searched, self.hits = query, {}
+            self.query_one("#search-hits", OptionList).clear_options()
+            status.update(Text(failure_line(exc), style="bold"))
+            return
+        except Exception as exc:  # a database fault
             status.update(Text(failure_line(exc), style="bold"))
             return
         self.searched = query

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from core import DocumentView, visible
+from core import DocumentStatus, DocumentView, visible
 from tui.desk import Desk, desk_of
 from tui.screens.actions import notify_refusal
 
@@ -47,18 +47,21 @@ def request_publish(
         node: Where the request comes from (a screen); the work runs on its app.
         versions: The ledger's versions role.
         version: The version as the reviewer saw it (its row version is expected).
-        published: The document's version published now, if the screen knows it:
-            the dialog then names what is retired.
+        published: The document's version that publishing retires (published now,
+            or withdrawn), if the screen knows it: the dialog then names it.
         done: Called after the ledger answered, whatever it answered.
     """
     from tui.screens.modals import ConfirmScreen
 
     app, desk = node.app, desk_of(node)
-    retired = (
-        f"v{published.version_no}, published now, is retired in the same step."
-        if published is not None
-        else "Any version of the document published now is retired in the same step."
-    )
+    if published is None:
+        retired = "Any version of the document published now is retired in the same step."
+    elif published.status is DocumentStatus.WITHDRAWN:
+        retired = (
+            f"withdrawn v{published.version_no} (not searchable now) is retired in the same step."
+        )
+    else:
+        retired = f"v{published.version_no}, published now, is retired in the same step."
     body = (
         f"Publish {describe_version(version)} as of row version {version.version}?\n\n"
         f"Search finds this version from now on; {retired} If the version changed "
