@@ -217,13 +217,16 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
         ErrorInfo(
             ErrorCode.OUTCOME_UNKNOWN,
             "a provider request went out but no usable reply came back; it may have been done",
-            "retried automatically after reconcile looks the request up; never sent blindly",
+            "retried automatically after reconcile looks the request up; never sent blindly. "
+            "If its automatic attempts ran out meanwhile, reconcile requeues the task once the "
+            "request it waits on is recovered (history: actor `reconcile`)",
             transient=True,
         ),
         ErrorInfo(
             ErrorCode.NEEDS_REVIEW,
             "a provider request's outcome was unknown and the provider has no record of it",
-            "decide with `ingestdesk review`: resend it, or mark it failed with a reason",
+            "decide with `ingestdesk review`: resend it, or mark it failed with a reason; the "
+            "decision settles every task waiting on that request",
             transient=False,
         ),
         ErrorInfo(

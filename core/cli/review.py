@@ -64,7 +64,7 @@ async def cmd_reconcile(ledger: Ledger, args: argparse.Namespace, out: Output) -
     """``ingestdesk reconcile [--provider URL] [--all]``: one pass, each decision
     printed."""
     from core.ingest.providers import NotSent
-    from core.ingest.reconcile import reconcile
+    from core.ingest.reconcile import Answer, reconcile
     from core.store import ObjectStore
 
     async def connect(url: str) -> RemoteProvider:
@@ -83,15 +83,23 @@ async def cmd_reconcile(ledger: Ledger, args: argparse.Namespace, out: Output) -
     counts = await ledger.providers.counts()
     lines = [
         f"request={d.request_key[:12]} task={d.task_id[:8]} {d.answer.value} -> "
-        f"{d.state.value}: {d.detail}"
+        f"{d.state.value}: {visible(d.detail)}"
         for d in decisions
     ]
-    lines.append(
-        f"reconciled {len(decisions)} requests; now "
-        + " ".join(f"{state.value}={n}" for state, n in counts.items() if n)
-        if decisions
-        else "nothing to reconcile: no unknown request is due"
-    )
+    # Requests sent to another endpoint than --provider are listed, not looked up:
+    # asking a provider that never saw them would answer "not found".
+    skipped = sum(d.answer is Answer.NOT_LOOKED_UP for d in decisions)
+    looked_up = len(decisions) - skipped
+    elsewhere = f"{skipped} sent to another endpoint, not looked up here"
+    if looked_up:
+        summary = f"reconciled {looked_up} requests" + (f"; {elsewhere}" if skipped else "")
+    elif skipped:
+        summary = f"nothing looked up: {elsewhere}"
+    else:
+        summary = "nothing to reconcile: no unknown request is due"
+    if decisions:
+        summary += "; now " + " ".join(f"{state.value}={n}" for state, n in counts.items() if n)
+    lines.append(summary)
     out.emit(
         {
             "decisions": [d.to_dict() for d in decisions],
@@ -155,7 +163,9 @@ def _reconcile_arguments(parser: argparse.ArgumentParser) -> None:
         "--provider",
         type=provider_url,
         metavar="URL",
-        help="look requests up at this provider (default: where each was sent)",
+        help="the URL of the endpoint requests were sent to, with the credentials the "
+        "ledger does not keep (requests sent elsewhere are not looked up; default: where "
+        "each was sent)",
     )
     parser.add_argument(
         "--all",

@@ -169,16 +169,24 @@ class ProviderStore:
             (name,),
         )
 
-    def submit(self, key: str) -> tuple[Row, bool]:
+    def submit(self, key: str, *, retry_failed: bool = False) -> tuple[Row, bool]:
         """Record one submit of ``key`` (every one counts); the key's row and whether
-        it is new (then it is ``running`` and the caller does the work)."""
+        it is to be executed now (then it is ``running`` and the caller does the work).
+
+        A key runs once: a repeat is answered from its execution, running or done. A
+        failed execution is answered as failed too, unless the client asks for it to
+        run again (``retry_failed``, what a resend after a failure means): then it runs
+        once more, a new execution under a new request id. A key that succeeded or is
+        running never runs twice, whatever the client asks.
+        """
         now = time.time()
         with self._transaction() as conn:
             self._bump(conn, "submits")
             found = conn.execute(
                 f"SELECT {_COLUMNS} FROM requests WHERE request_key = ?", (key,)
             ).fetchone()
-            if found is not None:
+            rerun = found is not None and retry_failed and Row(*found).status == "failed"
+            if found is not None and not rerun:
                 conn.execute(
                     "UPDATE requests SET submits = submits + 1, updated_at = ? "
                     "WHERE request_key = ?",
@@ -186,9 +194,15 @@ class ProviderStore:
                 )
                 return Row(*found), False
             request_id = "req_" + secrets.token_hex(12)
+            # The row of a failed execution is started over: its stale result columns
+            # are cleared, and its submits keep counting.
             conn.execute(
                 "INSERT INTO requests (request_key, request_id, status, submits, created_at, "
-                "updated_at) VALUES (?, ?, 'running', 1, ?, ?)",
+                "updated_at) VALUES (?, ?, 'running', 1, ?, ?) "
+                "ON CONFLICT (request_key) DO UPDATE SET request_id = excluded.request_id, "
+                "status = 'running', count = NULL, dimensions = NULL, checksum = NULL, "
+                "result = NULL, characters = NULL, submits = submits + 1, "
+                "updated_at = excluded.updated_at",
                 (key, request_id, now, now),
             )
             self._bump(conn, "executions")
@@ -411,14 +425,14 @@ class _Handler(BaseHTTPRequestHandler):
             # Before anything is recorded: the client may safely send it again.
             self._send(503, {"error": "unavailable"})
             return
-        key, texts = _submission(body)
+        key, texts, retry_failed = _submission(body)
         if server.faults.hits(faults.lose_request):
             store.count("lost_requests")
             # Nothing recorded, nothing counted as a submit: the request never
             # arrived, and the client sees a closed connection, as with a lost reply.
             self.close_connection = True
             return
-        row, new = store.submit(key)
+        row, new = store.submit(key, retry_failed=retry_failed)
         if new:
             try:
                 if faults.slow_s:
@@ -477,8 +491,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(409, {"error": row.status})
 
 
-def _submission(body: object) -> tuple[str, list[str]]:
-    """The request key and texts of a submit's body.
+def _submission(body: object) -> tuple[str, list[str], bool]:
+    """The request key, texts and ``retry_failed`` flag of a submit's body.
 
     Raises:
         BadRequest: Anything else.
@@ -492,4 +506,7 @@ def _submission(body: object) -> tuple[str, list[str]]:
         raise BadRequest(f"texts must be a list of 1 to {MAX_TEXTS} strings")
     if not all(isinstance(t, str) for t in texts):
         raise BadRequest("every text must be a string")
-    return key, texts
+    retry_failed = body.get("retry_failed", False)
+    if not isinstance(retry_failed, bool):
+        raise BadRequest("retry_failed must be true or false")
+    return key, texts, retry_failed

@@ -5,7 +5,10 @@ For a remote provider, every batch of chunk texts is one request with a request 
 Its intent is committed as ``unknown`` before the call; a verified reply is stored
 and committed as ``done``; a lost or damaged reply leaves it ``unknown`` for
 reconcile. A request the ledger already knows is not sent again: a stored result is
-used, one still in flight is waited for, an unknown one is looked up first.
+used, one still in flight is waited for, an unknown one is looked up first — at the
+endpoint it was sent to, and only there (another provider with the same name and
+model makes the same request keys, and its "not found" would invite a second send).
+Whatever stops the stage names its request, so the task's failure does too.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from core.ingest.providers import (
     ProviderRejected,
     RemoteProvider,
     request_key,
+    same_endpoint,
     verify,
 )
 from core.ingest.reconcile import (
@@ -48,13 +52,25 @@ class NeedsReview(Exception):
     """A request's outcome is unknown and the provider has no record of it: a person
     decides (resend, or mark failed)."""
 
+    def __init__(self, message: str, request_key: str | None = None) -> None:
+        super().__init__(message)
+        self.request_key = request_key
+
 
 class RequestFailed(Exception):
     """The provider answered that a request failed (or a person marked it so)."""
 
+    def __init__(self, message: str, request_key: str | None = None) -> None:
+        super().__init__(message)
+        self.request_key = request_key
+
 
 class Embedding:
     """What the pipeline calls for one batch's vectors."""
+
+    # A call may wait on something outside this process for seconds (a slow provider,
+    # its time-out): the pipeline abandons it as soon as the task is cancelled.
+    may_wait = False
 
     async def vectors(self, claim: Claim, texts: Sequence[str]) -> list[bytes]:
         """Vectors for ``texts``, in order (see the subclasses for what they raise)."""
@@ -86,7 +102,12 @@ def embedding_for(
 
 
 class LedgeredEmbedding(Embedding):
-    """Calls to a remote provider, each through the provider ledger."""
+    """Calls to a remote provider, each through the provider ledger.
+
+    A call abandoned mid-flight (its task was cancelled) leaves its request as a lost
+    reply does: ``unknown`` until reconcile looks it up, never sent again blindly."""
+
+    may_wait = True
 
     def __init__(self, ledger: Ledger, store: ObjectStore, provider: RemoteProvider) -> None:
         self.ledger = ledger
@@ -105,8 +126,15 @@ class LedgeredEmbedding(Embedding):
             NeedsReview: a person must decide.
             RequestFailed: the provider said it failed.
         """
+        key = request_key(self.remote, texts)
+        try:
+            return await self._vectors(claim, key, texts)
+        except OutcomeUnknown as exc:
+            exc.request_key = exc.request_key or key
+            raise
+
+    async def _vectors(self, claim: Claim, key: str, texts: Sequence[str]) -> list[bytes]:
         provider = self.remote
-        key = request_key(provider, texts)
         # At most twice: a request reconcile found sendable is intended once more.
         for _ in range(2):
             answer = await self.ledger.providers.intend(
@@ -121,7 +149,7 @@ class LedgeredEmbedding(Embedding):
             if answer.intent is Intent.LOST:
                 raise TaskLost
             if answer.intent is Intent.SEND:
-                return await self._send(key, texts)
+                return await self._send(key, texts, retry_failed=answer.again)
             assert request is not None
             if answer.intent is Intent.USE:
                 return await self._stored(request)
@@ -130,19 +158,28 @@ class LedgeredEmbedding(Embedding):
                     f"waiting for task {request.task_id[:8]}, which sent the same provider request"
                 )
             if answer.intent is Intent.NEEDS_REVIEW:
-                raise NeedsReview(request.detail or "provider request needs review")
+                raise NeedsReview(request.detail or "provider request needs review", key)
             if answer.intent is Intent.FAILED:
-                raise RequestFailed(request.detail or "the provider said the request failed")
+                raise RequestFailed(request.detail or "the provider said the request failed", key)
+            if not same_endpoint(request.endpoint, provider.endpoint):
+                # Sent elsewhere: this provider never saw it, and its "not found" would
+                # be a lie that invites a second send. Reconcile asks where it went.
+                raise OutcomeUnknown(
+                    f"sent to another endpoint ({request.endpoint or 'not recorded'}); "
+                    "not looked up here"
+                )
             decision = await reconcile_one(self.ledger, self.store, provider, request)
             vectors = await self._after(decision)
             if vectors is not None:
                 return vectors
         raise OutcomeUnknown("provider request still unknown; reconcile will look it up")
 
-    async def _send(self, key: str, texts: Sequence[str]) -> list[bytes]:
+    async def _send(
+        self, key: str, texts: Sequence[str], *, retry_failed: bool = False
+    ) -> list[bytes]:
         settle = self.ledger.providers.settle
         try:
-            reply = await self.remote.submit(key, texts)
+            reply = await self.remote.submit(key, texts, retry_failed=retry_failed)
         except NotSent as exc:
             await settle(key, RequestState.NOT_SENT, detail=f"not sent: {describe(exc)}")
             raise
@@ -152,7 +189,9 @@ class LedgeredEmbedding(Embedding):
             raise
         except ProviderRejected as exc:
             await settle(key, RequestState.FAILED, detail=f"rejected: {describe(exc)}")
-            raise RequestFailed(f"the provider rejected the request: {describe(exc)}") from None
+            raise RequestFailed(
+                f"the provider rejected the request: {describe(exc)}", key
+            ) from None
         problem = verify(reply, len(texts), self.remote.dimensions)
         if problem is None:
             await record_result(
@@ -181,9 +220,9 @@ class LedgeredEmbedding(Embedding):
         if decision.state in REQUEST_SENDABLE_STATES:
             return None
         if decision.state is RequestState.NEEDS_REVIEW:
-            raise NeedsReview(decision.detail)
+            raise NeedsReview(decision.detail, decision.request_key)
         if decision.state is RequestState.FAILED:
-            raise RequestFailed(decision.detail)
+            raise RequestFailed(decision.detail, decision.request_key)
         raise OutcomeUnknown(f"provider request unknown: {decision.detail}")
 
     async def _stored(self, request: ProviderRequestView) -> list[bytes]:

@@ -259,7 +259,9 @@ class HttpProvider:
             client=client,
         )
 
-    async def submit(self, request_key: str, texts: Sequence[str]) -> ProviderReply:
+    async def submit(
+        self, request_key: str, texts: Sequence[str], *, retry_failed: bool = False
+    ) -> ProviderReply:
         """Send one request; see :meth:`RemoteProvider.submit`.
 
         Raises:
@@ -271,7 +273,9 @@ class HttpProvider:
             ProviderRejected: The provider refused the request (400/422).
         """
         _check_key(request_key)
-        body = {"request_key": request_key, "texts": list(texts)}
+        body: dict[str, Any] = {"request_key": request_key, "texts": list(texts)}
+        if retry_failed:
+            body["retry_failed"] = True
         where = f"provider {self._shown}"
         try:
             status, data = await _exchange(self._client, "POST", SUBMIT_PATH, body)

@@ -50,12 +50,6 @@ logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 64  # chunks per embedder call
 KEY_ON_LOOP_MAX_BYTES = 1 << 20  # bytes; larger originals get their processing key on a thread
-# Originals from this size look for a result to reuse (or a task already making it)
-# before parsing. Below it, the look-up (a write and a read transaction, ~0.4 ms)
-# costs about what processing the document again does: measured on bench.ingest's
-# small corpus (one-page PDFs and notes), looking up every document took small
-# documents/s from 0.55x to 0.45x of bare parsing. Their key is recorded at finish.
-REUSE_MIN_BYTES = 64 * 1024  # bytes
 # Each wait is a hand-back and a history line: long enough not to flood the history
 # while a big document is parsed, short next to the parse it saves.
 KEY_WAIT_S = 10.0  # seconds a task waits before looking again at a task making its result
@@ -152,12 +146,14 @@ class Pipeline:
             return await fail(ErrorCode.OBJECT_READ_ERROR, error_detail_of(exc))
         except ProviderUnavailable as exc:
             return await fail(ErrorCode.PROVIDER_UNAVAILABLE, describe(exc))
+        # A failure on a provider request names it: that links the task to the
+        # request, so a review decision or reconcile settling it finds the task.
         except OutcomeUnknown as exc:
-            return await fail(ErrorCode.OUTCOME_UNKNOWN, describe(exc))
+            return await fail(ErrorCode.OUTCOME_UNKNOWN, describe(exc), exc.request_key)
         except NeedsReview as exc:
-            return await fail(ErrorCode.NEEDS_REVIEW, neutralise(str(exc)))
+            return await fail(ErrorCode.NEEDS_REVIEW, neutralise(str(exc)), exc.request_key)
         except RequestFailed as exc:
-            return await fail(ErrorCode.PROVIDER_FAILED, neutralise(str(exc)))
+            return await fail(ErrorCode.PROVIDER_FAILED, neutralise(str(exc)), exc.request_key)
         except Deferred as exc:
             return await self._defer(claim, None, neutralise(str(exc)), say)
         except NotFound as exc:
@@ -179,12 +175,26 @@ class Pipeline:
             return await fail(ErrorCode.INTERNAL_ERROR, error_detail_of(exc))
 
     async def _fail(
-        self, claim: Claim, code: ErrorCode, detail: str, *, progress: Progress, say: Say
+        self,
+        claim: Claim,
+        code: ErrorCode,
+        detail: str,
+        request_key: str | None = None,
+        *,
+        progress: Progress,
+        say: Say,
     ) -> Outcome:
         # Progress is coalesced, so the row may lag: record the stage really reached,
         # which is what the failures screen groups by.
         stage = progress.latest[0] if progress.latest else None
-        view = await self.ledger.queue.fail(claim, code, detail, stage=stage)
+        view = await self.ledger.queue.fail(
+            claim,
+            code,
+            detail,
+            stage=stage,
+            waits_for_request=request_key,
+            options=progress.options,
+        )
         if view is None:
             say(f"lost task={claim.task_id[:8]} before its failure could be recorded")
             return Outcome(claim.task_id, "lost")
@@ -238,10 +248,14 @@ class Pipeline:
         else:  # sha256 runs ~1 ms per MB: big originals are hashed off the event loop
             options["processing_key"] = await asyncio.to_thread(processing_key, data, options)
         progress.set(Stage.PARSE, 0, estimate, options=options)
-        if len(data) >= REUSE_MIN_BYTES:
-            reused = await self._reuse_or_wait(claim, options, say)
-            if reused is not None:
-                return reused
+        # Every document, however small: the look-up is one write transaction
+        # (WorkQueue.hold_or_reuse), ~0.3 ms of worker CPU. On bench.ingest's small
+        # corpus (1000 one-page documents) that took one worker from 0.55x to 0.51x of
+        # bare parsing's documents/s (best of 4 interleaved rounds), inside the 0.5x
+        # target; skipping documents under 64 KiB had let small twins run twice.
+        reused = await self._reuse_or_wait(claim, options, say)
+        if reused is not None:
+            return reused
         say(f"stage=parse 0/{estimate}")
         if document.kind != "pdf" and len(data) <= TEXT_IN_PROCESS_MAX_BYTES:
             parsed = await self._parse_text(data, document.kind)
@@ -272,7 +286,11 @@ class Pipeline:
         for start in range(0, total, EMBED_BATCH):
             progress.check()
             batch = chunks[start : start + EMBED_BATCH]
-            vectors.extend(await self.embedding.vectors(claim, [c.text for c in batch]))
+            call = self.embedding.vectors(claim, [c.text for c in batch])
+            # A cancel reaches a remote call within a heartbeat, not at its time-out;
+            # a local batch takes milliseconds and is checked between batches.
+            got = await (progress.unless_lost(call) if self.embedding.may_wait else call)
+            vectors.extend(got)
             progress.set(Stage.EMBEDDING, len(vectors), total)
             await asyncio.sleep(0)  # let the dashboard breathe between batches
 
@@ -296,33 +314,38 @@ class Pipeline:
     async def _reuse_or_wait(
         self, claim: Claim, options: dict[str, str], say: Say
     ) -> Outcome | None:
-        """Never do the same work twice: if another running task holds this
-        processing key, hand this task back to wait for it; if a succeeded task
-        made this result and its chunks still verify, finish with a copy of them.
-        None: nothing to reuse, go on and process."""
+        """Never do the same work twice: if a succeeded task made this result and its
+        chunks still verify, finish with a copy of them; else, if another running task
+        is making it, hand this task back to wait for it. None: this task holds the
+        processing key; go on and process.
+
+        A verified result comes first: twins waiting for each other while the result
+        they wait for is already there would wait forever (each took the other for
+        the one making it). Both questions are one write transaction.
+        """
         queue, key = self.ledger.queue, options["processing_key"]
-        holder = await queue.hold_key(claim, key)
-        if holder == LOST:
+        answer = await queue.hold_or_reuse(claim, key)
+        if answer.holder == LOST:
             raise TaskLost
-        if holder is not None:
-            reason = f"waiting for task {holder[:8]}, which is making the same result"
-            return await self._defer(claim, key, reason, say)
-        found = await self.ledger.reads.reusable_result(key)
-        if found is None or found.task_id == claim.task_id:
-            return None
-        records = await self.ledger.reads.chunk_records(found.document_id)
-        if len(records) != found.chunks or result_checksum(records) != found.result_sha256:
+        found = answer.reusable
+        if found is not None:
+            records = await self.ledger.reads.chunk_records(found.document_id)
+            checksum = result_checksum(records)
+            if len(records) == found.chunks and checksum == found.result_sha256:
+                options |= {"reused_from": found.task_id, "result_sha256": checksum}
+                if not await queue.finish(claim, records, options=options):
+                    raise TaskLost
+                say(
+                    f"succeeded task={claim.task_id[:8]} chunks={len(records)} "
+                    f"reused from task={found.task_id[:8]}"
+                )
+                return Outcome(claim.task_id, "succeeded")
             # Changed or half-written: it does not verify, so it is made again.
             say(f"result of task={found.task_id[:8]} does not verify; processing again")
-            return None
-        options |= {"reused_from": found.task_id, "result_sha256": found.result_sha256 or ""}
-        if not await queue.finish(claim, records, options=options):
-            raise TaskLost
-        say(
-            f"succeeded task={claim.task_id[:8]} chunks={len(records)} "
-            f"reused from task={found.task_id[:8]}"
-        )
-        return Outcome(claim.task_id, "succeeded")
+        if answer.holder is not None:
+            reason = f"waiting for task {answer.holder[:8]}, which is making the same result"
+            return await self._defer(claim, key, reason, say)
+        return None
 
     async def _defer(self, claim: Claim, key: str | None, reason: str, say: Say) -> Outcome:
         """Hand the task back to wait for another task doing the same work: due when

@@ -48,6 +48,11 @@ class OutcomeUnknown(Exception):
     """The request was sent but no usable reply came back; the provider may have
     done the work. Never send it again blindly: look it up."""
 
+    # The request it is about, once the embedding stage knows it: the task's failure
+    # names it, so settling the request later finds the task (see
+    # core.ledger.provider_requests).
+    request_key: str | None = None
+
 
 class ProviderRejected(Exception):
     """The provider answered that this request failed."""
@@ -98,8 +103,13 @@ class RemoteProvider(Protocol):
     # person's decision.
     resend_safe: bool
 
-    async def submit(self, request_key: str, texts: Sequence[str]) -> ProviderReply:
-        """Send one request.
+    async def submit(
+        self, request_key: str, texts: Sequence[str], *, retry_failed: bool = False
+    ) -> ProviderReply:
+        """Send one request. ``retry_failed``: if the provider holds a failed
+        execution of this key, run it again (a request sent before and allowed to be
+        sent again: a person's resend, or a send that never arrived); without it a
+        repeated key is answered from its first execution, failed ones included.
 
         Raises:
             NotSent: nothing reached the provider.
@@ -141,6 +151,28 @@ def request_key(provider: RemoteProvider, texts: Sequence[str]) -> str:
         encoded = text.encode()
         digest.update(len(encoded).to_bytes(8, "little") + encoded)
     return digest.hexdigest()
+
+
+def same_endpoint(a: str | None, b: str | None) -> bool:
+    """Whether two provider URLs name the same endpoint, compared as shown (without
+    credentials, query or fragment; scheme and host in lower case, a default port
+    spelled out, no trailing slash). A missing one is nobody's endpoint."""
+    if not a or not b:
+        return False
+    return _endpoint(a) == _endpoint(b)
+
+
+def _endpoint(url: str) -> tuple[str, str, int | None, str]:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return ("", url, None, "")
+    scheme = parts.scheme.lower()
+    default = {"http": 80, "https": 443}.get(scheme)
+    return (scheme, (parts.hostname or "").lower(), port or default, parts.path.rstrip("/"))
 
 
 def vectors_checksum(vectors: Sequence[bytes]) -> str:

@@ -13,6 +13,15 @@ For each ``unknown`` request no running attempt is sending (see
 * the look-up (or the fetch) cannot be answered, or the fetched result does not
   verify → stays ``unknown``, looked up again later.
 
+A request is only ever looked up at the endpoint it was sent to: another provider
+with the same name and model makes the same request keys, and its "not found"
+would be a lie that invites a second send. A request sent elsewhere stays
+``unknown`` and the decision says so.
+
+A request settled so that work can go on (recovered, or sendable again) takes the
+tasks that failed waiting on it along: they are requeued, by ``reconcile``, in the
+same transaction (see :meth:`core.ledger.ProviderLedger.settle`).
+
 Workers run this on start and periodically; ``ingestdesk reconcile`` runs it once.
 """
 
@@ -33,9 +42,11 @@ from core.ingest.providers import (
     ProviderRejected,
     ProviderReply,
     RemoteProvider,
+    same_endpoint,
     verify,
 )
 from core.ledger import Ledger, ProviderRequestView
+from core.ledger.provider_requests import Requeue
 from core.safe_text import neutralise
 from core.states import RequestState
 from core.store import ObjectStore
@@ -55,6 +66,7 @@ class Answer(StrEnum):
     LOOKUP_UNAVAILABLE = "lookup_unavailable"  # no answer now; asked again later
     DID_NOT_VERIFY = "did_not_verify"  # fetched, but the result was damaged; fetched again later
     SETTLED_ELSEWHERE = "settled_elsewhere"  # another process settled it meanwhile
+    NOT_LOOKED_UP = "not_looked_up"  # sent to another endpoint than the one asked
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,7 @@ async def record_result(
     *,
     detail: str,
     expect: frozenset[RequestState] = frozenset({RequestState.UNKNOWN}),
+    requeue: Requeue | None = None,
 ) -> bool:
     """Store a verified reply's vectors, then commit the request as ``state`` with
     the provider's request id, the result's object key and usage (in that order: the
@@ -114,15 +127,19 @@ async def record_result(
         dimensions=reply.dimensions,
         usage=reply.usage,
         expect=expect,
+        requeue=requeue,
     )
 
 
 async def reconcile_one(
     ledger: Ledger, store: ObjectStore, provider: RemoteProvider, request: ProviderRequestView
 ) -> Decision:
-    """Look one unknown request up and settle it as far as the answer allows."""
+    """Look one unknown request up (at ``provider``: the caller checked that it is
+    where the request was sent) and settle it as far as the answer allows; tasks
+    that failed waiting on it go on if it may (see the module docstring)."""
     key = request.request_key
     retry_at = ledger.clock() + lookup_backoff_s(request.lookups)
+    requeue = Requeue(ledger.settings.max_attempts)
 
     async def still_unknown(answer: Answer, detail: str) -> Decision:
         await ledger.providers.settle(
@@ -131,7 +148,9 @@ async def reconcile_one(
         return Decision(key, request.task_id, answer, RequestState.UNKNOWN, detail)
 
     async def settle(answer: Answer, state: RequestState, detail: str) -> Decision:
-        if not await ledger.providers.settle(key, state, detail=detail, looked_up=True):
+        if not await ledger.providers.settle(
+            key, state, detail=detail, looked_up=True, requeue=requeue
+        ):
             return await _elsewhere(ledger, request)
         return Decision(key, request.task_id, answer, state, detail)
 
@@ -167,7 +186,9 @@ async def reconcile_one(
             Answer.DID_NOT_VERIFY, f"fetched result did not verify: {problem}"
         )
     detail = "found at the provider; fetched and verified"
-    if not await record_result(ledger, store, key, reply, RequestState.RECOVERED, detail=detail):
+    if not await record_result(
+        ledger, store, key, reply, RequestState.RECOVERED, detail=detail, requeue=requeue
+    ):
         return await _elsewhere(ledger, request)
     return Decision(key, request.task_id, Answer.FOUND, RequestState.RECOVERED, detail)
 
@@ -193,15 +214,32 @@ async def reconcile(
     everything: bool = False,
 ) -> list[Decision]:
     """One pass over the unknown requests that are due (``everything``: also those
-    whose next look-up is not due yet), each looked up at the endpoint it was sent
-    to (or at ``endpoint``), oldest first."""
+    whose next look-up is not due yet), oldest first, each looked up at the endpoint
+    it was sent to. ``endpoint``: a URL for that endpoint (with the credentials the
+    ledger does not keep); requests sent elsewhere are left unknown, not looked up."""
     far_future = float("inf") if everything else None
     due = await ledger.providers.due(now=far_future)
     decisions: list[Decision] = []
     providers: dict[str, RemoteProvider | str] = {}
     try:
         for request in due:
-            where = endpoint or request.endpoint or ""
+            where = request.endpoint if endpoint is None else endpoint
+            if not where or not same_endpoint(where, request.endpoint):
+                elsewhere = (
+                    f"sent to another endpoint ({request.endpoint}); not looked up here"
+                    if request.endpoint
+                    else "no endpoint recorded; not looked up"
+                )
+                decisions.append(
+                    Decision(
+                        request.request_key,
+                        request.task_id,
+                        Answer.NOT_LOOKED_UP,
+                        RequestState.UNKNOWN,
+                        elsewhere,
+                    )
+                )
+                continue
             if where not in providers:
                 try:
                     providers[where] = await connect(where)

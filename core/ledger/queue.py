@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, case, literal, select, text, update
+from sqlalchemy import Row, case, literal, text, update
 from sqlalchemy.engine import Connection
 
 from core.config import Settings
 from core.errors import ERROR_DETAIL_MAX, BadInput, ClaimBug
 from core.ledger import rows
+from core.ledger.provider_requests import request_goes_on, waiting_reason
 from core.ledger.schema import DOCUMENTS, RUNNING_SQL, TASKS
 from core.ledger.statements import (
     CLAIM_NEXT,
@@ -27,25 +29,39 @@ from core.ledger.statements import (
     CLAIM_ONE,
     DELETE_CHUNKS,
     EVENT_SOURCE_COLUMNS,
+    FIND_KEY_HOLDER,
     FINISH,
     HEARTBEAT,
     HELD,
+    HOLD_KEY,
     INDEX_CHUNKS,
     INSERT_CHUNKS,
     PROGRESS,
     PROGRESS_WITH_OPTIONS,
+    REUSABLE_RESULT,
     TASK_COLUMNS,
     WAKE_KEY_WAITERS,
     held_params,
     next_revision,
 )
 from core.ledger.transactions import Transactions
-from core.ledger.views import ChunkRecord, Claim, DocumentView, Reaped, TaskView
+from core.ledger.views import ChunkRecord, Claim, DocumentView, Reaped, ReusableResult, TaskView
 from core.safe_text import check_identifier
 from core.states import ERRORS, DocumentStatus, ErrorCode, Stage, TaskStatus
 
 REAPER_ACTOR = "reaper"
 LOST = "lost"  # hold_key's answer when the worker no longer holds its task
+
+
+@dataclass(frozen=True)
+class KeyAnswer:
+    """What :meth:`WorkQueue.hold_or_reuse` found for a processing key."""
+
+    # None: this task now holds the key (it makes the result); a task id: another
+    # running task is making it; LOST: this worker no longer holds its task.
+    holder: str | None
+    # The newest succeeded result with the key, to reuse once its chunks verify.
+    reusable: ReusableResult | None
 
 
 def _options_json(options: Mapping[str, Any] | None) -> str | None:
@@ -230,16 +246,24 @@ class WorkQueue:
         detail: str | None = None,
         *,
         stage: Stage | None = None,
+        waits_for_request: str | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> TaskView | None:
         """Record a failure of the held attempt.
 
         Transient codes go to retry_wait with exponential backoff and jitter while
         attempts remain; permanent codes (and exhausted attempts) go to failed and
         take the document with them. None if the worker no longer holds the task.
+
+        ``waits_for_request``: the provider request the attempt failed on; its
+        history line names it, which links the task to the request (see
+        :mod:`core.ledger.provider_requests`). An outcome_unknown on a request that
+        was settled meanwhile (a reconcile recovered it while this attempt looked it
+        up) is not the task's failure: it goes back to retry_wait, not counted.
         """
         error_code = ErrorCode(error_code)
         now = self.clock()
-        retry = ERRORS[error_code].transient and claim.attempt < claim.max_attempts
+        transient = ERRORS[error_code].transient
         values: dict[str, Any] = {
             "previous_status": TASKS.c.status,
             "error_code": error_code.value,
@@ -250,19 +274,33 @@ class WorkQueue:
         }
         if stage is not None:
             values["stage"] = Stage(stage).value  # where it failed, if progress lagged
-        if retry:
-            values["status"] = TaskStatus.RETRY_WAIT.value
-            values["next_attempt_at"] = now + self.backoff_s(claim.attempt)
-        else:
-            values["status"] = TaskStatus.FAILED.value
-        statement = (
-            update(TASKS)
-            .where(HELD)
-            .values(**values)
-            .returning(*TASK_COLUMNS, TASKS.c.processing_key)
-        )
+        if options is not None:
+            # Coalesced progress may never have written them (a quick failure): the
+            # processing key is shown for failed tasks too.
+            values["options"] = _options_json(options)
+        reason = None if waits_for_request is None else waiting_reason(waits_for_request)
 
         def tx(conn: Connection) -> TaskView | None:
+            retry = transient and claim.attempt < claim.max_attempts
+            change = dict(values)
+            if (
+                waits_for_request is not None
+                and error_code is ErrorCode.OUTCOME_UNKNOWN
+                and request_goes_on(conn, waits_for_request)
+            ):
+                retry = True
+                change["max_attempts"] = TASKS.c.max_attempts + 1
+            if retry:
+                change["status"] = TaskStatus.RETRY_WAIT.value
+                change["next_attempt_at"] = now + self.backoff_s(claim.attempt)
+            else:
+                change["status"] = TaskStatus.FAILED.value
+            statement = (
+                update(TASKS)
+                .where(HELD)
+                .values(**change)
+                .returning(*TASK_COLUMNS, TASKS.c.processing_key)
+            )
             row = conn.execute(statement, held_params(claim)).first()
             if row is None:
                 return None
@@ -279,8 +317,8 @@ class WorkQueue:
                     at=now,
                 )
             event = dict(row._mapping) | {"previous_status": TaskStatus.RUNNING.value}
-            rows.record_events(conn, [event], actor=claim.worker_id, at=now)
-            return TaskView.from_row(row)
+            rows.record_events(conn, [event], actor=claim.worker_id, at=now, reason=reason)
+            return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))
 
         return await self._tx.write(tx)
 
@@ -293,20 +331,32 @@ class WorkQueue:
         One conditional UPDATE: writers are serialised, so two workers holding tasks
         with the same key cannot both see the other as absent.
         """
-        other = (
-            select(TASKS.c.id)
-            .where(TASKS.c.processing_key == key)
-            .where(text(RUNNING_SQL))
-            .where(TASKS.c.id != claim.task_id)
-            .limit(1)
-        )
-        statement = update(TASKS).where(HELD).where(~other.exists()).values(processing_key=key)
+        params = held_params(claim) | {"p_key": key}
+        return await self._tx.write(lambda conn: _hold(conn, params))
 
-        def tx(conn: Connection) -> str | None:
-            if conn.execute(statement, held_params(claim)).rowcount:
-                return None
-            holder = conn.execute(other).scalar()
-            return str(holder) if holder is not None else LOST
+    async def hold_or_reuse(self, claim: Claim, key: str) -> KeyAnswer:
+        """:meth:`hold_key` and the newest succeeded result with the same key, in one
+        write transaction (one round trip: cheap enough to ask for every document).
+
+        A result found is to be reused whoever holds the key (it is only verified
+        outside, against its checksum); a task waiting for a twin never holds it.
+        """
+        params = held_params(claim) | {"p_key": key}
+
+        def tx(conn: Connection) -> KeyAnswer:
+            held = HOLD_KEY.rows(conn, params)
+            if held:
+                if held[0].reusable is None:
+                    return KeyAnswer(None, None)  # the usual answer, in one statement
+                holder = None
+            else:
+                holder = _holder(conn, params)
+            found = REUSABLE_RESULT.rows(conn, params)
+            if not found:
+                return KeyAnswer(holder, None)
+            r = found[0]
+            result_sha256 = json.loads(r.options or "{}").get("result_sha256")
+            return KeyAnswer(holder, ReusableResult(r.id, r.document_id, r.total, result_sha256))
 
         return await self._tx.write(tx)
 
@@ -410,6 +460,18 @@ class WorkQueue:
             return [Reaped(r.id, TaskStatus(r.status), r.attempt) for r in found]
 
         return await self._tx.write(tx)
+
+
+def _hold(conn: Connection, params: Mapping[str, Any]) -> str | None:
+    """See WorkQueue.hold_key."""
+    return None if HOLD_KEY.rows(conn, params) else _holder(conn, params)
+
+
+def _holder(conn: Connection, params: Mapping[str, Any]) -> str:
+    """The task holding the key this task could not hold, or LOST if none does (then
+    this worker no longer holds its task)."""
+    holder = FIND_KEY_HOLDER.rows(conn, params)
+    return str(holder[0].id) if holder else LOST
 
 
 def _wake_key_waiters(conn: Connection, key: str | None, task_id: str, now: float) -> None:

@@ -10,12 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ScalarSelect, bindparam, delete, func, insert, select, text, update
+from sqlalchemy import (
+    ScalarSelect,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 
 from core.ledger.prepared import Prepared
 from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, TASKS
 from core.ledger.views import Claim
-from core.states import Stage, TaskStatus
+from core.states import DocumentStatus, Stage, TaskStatus
 
 
 def next_revision() -> ScalarSelect[Any]:
@@ -96,6 +106,11 @@ _CLAIM_SET = update(TASKS).values(
     worker_id=bindparam("p_worker_id"),
     lease_expires_at=bindparam("p_lease_until"),
     attempt=TASKS.c.attempt + 1,
+    # A claimed task holds no processing key until it says so (WorkQueue.hold_or_reuse):
+    # a task that was only waiting for a twin keeps the key it waited on until it is
+    # claimed, and must not look like the one making the result once it runs again
+    # (two such waiters took each other for the holder and waited in a cycle).
+    processing_key=None,
     error_code=None,
     error_detail=None,
     next_attempt_at=None,
@@ -184,6 +199,61 @@ WAKE_KEY_WAITERS = Prepared(
         next_attempt_at=bindparam("p_now"),
         updated_at=bindparam("p_now"),
         revision=next_revision(),
+    )
+)
+# Another task, in the subqueries below that look at tasks beside the one updated.
+_OTHER = TASKS.alias("other_task")
+# The running task making the result of processing key p_key, other than p_task_id.
+# Only a task that held the key while running counts: claiming clears the key (see
+# _CLAIM_SET), so a waiter that is claimed again is not taken for a holder.
+_KEY_HOLDER = (
+    select(_OTHER.c.id)
+    .where(_OTHER.c.processing_key == bindparam("p_key"))
+    .where(_OTHER.c.status == TaskStatus.RUNNING.value)
+    .where(_OTHER.c.id != bindparam("p_task_id"))
+    .limit(1)
+)
+FIND_KEY_HOLDER = Prepared(_KEY_HOLDER)
+# The newest succeeded task with processing key p_key (not p_task_id) whose document
+# still holds its chunks (waiting for review or published): a result to reuse once its
+# chunks verify. Found through ix_tasks_processing_key.
+_REUSABLE = (
+    select(_OTHER.c.id, _OTHER.c.document_id, _OTHER.c.total, _OTHER.c.options)
+    .select_from(_OTHER.join(DOCUMENTS, DOCUMENTS.c.id == _OTHER.c.document_id))
+    .where(_OTHER.c.processing_key == bindparam("p_key"))
+    .where(_OTHER.c.status == TaskStatus.SUCCEEDED.value)
+    .where(_OTHER.c.id != bindparam("p_task_id"))
+    .where(
+        # Not IN (...): a list becomes an expanding parameter, which Prepared's
+        # compiled-once SQL cannot carry.
+        or_(
+            DOCUMENTS.c.status == DocumentStatus.REVIEW_PENDING.value,
+            DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value,
+        )
+    )
+    .order_by(_OTHER.c.updated_at.desc())
+    .limit(1)
+)
+REUSABLE_RESULT = Prepared(_REUSABLE)
+# The held task takes processing key p_key, unless another running task holds it; its
+# RETURNING says whether a result to reuse exists, so the usual answer (held, nothing
+# to reuse) is one statement: every document asks, so it must be cheap. Spelled out
+# in SQL: SQLAlchemy writes a RETURNING clause's columns without their table for
+# SQLite, which makes the join in the subquery ambiguous.
+_RUNNING, _SUCCEEDED = TaskStatus.RUNNING.value, TaskStatus.SUCCEEDED.value
+_HAS_CHUNKS = f"'{DocumentStatus.REVIEW_PENDING.value}', '{DocumentStatus.PUBLISHED.value}'"
+HOLD_KEY = Prepared(
+    text(
+        f"UPDATE {TASKS.name} SET processing_key = :p_key "
+        f"WHERE id = :p_task_id AND status = '{_RUNNING}' AND attempt = :p_attempt "
+        "AND worker_id = :p_worker_id AND NOT EXISTS ("
+        f"SELECT 1 FROM {TASKS.name} AS other_task WHERE other_task.processing_key = :p_key "
+        f"AND other_task.status = '{_RUNNING}' AND other_task.id != :p_task_id) "
+        f"RETURNING (SELECT other_task.id FROM {TASKS.name} AS other_task "
+        f"JOIN {DOCUMENTS.name} AS document ON document.id = other_task.document_id "
+        "WHERE other_task.processing_key = :p_key "
+        f"AND other_task.status = '{_SUCCEEDED}' AND other_task.id != :p_task_id "
+        f"AND document.status IN ({_HAS_CHUNKS}) LIMIT 1) AS reusable"
     )
 )
 MOVE_DOCUMENT = Prepared(

@@ -44,6 +44,7 @@ from tests.core.test_cli import (
     write,
 )
 from tests.core.test_worker import add
+from tests.core.test_worker_faults import children_of
 
 EXIT_UNEXPECTED, EXIT_INTERRUPTED = 1, 130
 SCREENS = [sys.executable, "-m", "tui.cli"]  # the installed `ingestdesk`: core + screens
@@ -122,20 +123,6 @@ def task_row(tmp_path: Path, task_id: str) -> dict[str, Any]:
     value = result.value
     assert isinstance(value, dict)
     return value
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
 
 
 def cpu_seconds(pid: int) -> float:
@@ -305,6 +292,23 @@ def test_filters_fold_non_ascii_capitals_on_the_command_line(tmp_path: Path) -> 
     )
     dry = core_cli(tmp_path, "cancel", "--filter", "name:ärger", "--dry-run", "--json")
     assert dry.value["eligible"] == 1, dry
+
+
+# Letters and marks drawn as nothing that str.isprintable passes: `--actor a\u3164`
+# and `--worker-id w\u3164` were accepted, and names kept them, shown as a blank.
+@pytest.mark.parametrize("invisible", ["\u3164", "\ufe0f", "\u115f", "\u034f", "\U000e0100"])
+def test_invisible_letters_are_refused_in_ids_and_dropped_from_names(
+    tmp_path: Path, invisible: str
+) -> None:
+    name = f"re{invisible}port.txt"
+    (task,) = added(tmp_path, write(tmp_path / name, TEXT))
+    assert task["document_name"] == "report.txt"
+    refused = core_cli(tmp_path, "--actor", f"a{invisible}", "cancel", task["task_id"])
+    assert refused.code == EXIT_BAD_INPUT
+    assert "invisible characters" in refused.stderr
+    assert invisible not in refused.stderr  # shown as its escape
+    worker = core_cli(tmp_path, "worker", "--worker-id", f"w{invisible}")
+    assert worker.code == EXIT_BAD_INPUT
 
 
 # --------------------------------------------- 3. a parser killed from outside is transient

@@ -78,7 +78,18 @@ async def test_a_task_records_its_processing_key_and_a_rename_keeps_it(
     assert {"parser", "chunk_size", "chunk_overlap", "chunker", "embedder"} <= set(recorded)
 
 
-# Over REUSE_MIN_BYTES: smaller originals are processed again rather than looked up.
+async def test_a_failed_task_shows_its_processing_key(ledger: Ledger) -> None:
+    # Text of only blanks parses to no text: empty_document, before any progress
+    # write would have recorded the options.
+    doc = await ledger.operator.upload(b"  \n\n \t \n", "hollow.txt")
+    task = await ledger.operator.submit(doc.document_id)
+    await Worker(ledger, "w-keys", concurrency=1, register=False).run(until_idle=True)
+    failed = await ledger.reads.get_task(task.task_id)
+    assert (failed.status, failed.error_code) == (TaskStatus.FAILED, ErrorCode.EMPTY_DOCUMENT)
+    recorded = {k: v for k, v in failed.options.items() if k != "processing_key"}
+    assert failed.options["processing_key"] == processing_key(b"  \n\n \t \n", recorded)
+
+
 PDF_PAGES = [f"Page {i}: the ledger keeps every claim and lease. " * 12 for i in range(140)]
 
 
@@ -169,10 +180,18 @@ async def test_a_waiting_twin_is_due_as_soon_as_the_task_making_its_result_ends(
     assert again.task_id == b.task_id
 
 
-def test_the_reuse_corpus_is_big_enough_to_be_looked_up() -> None:
-    from core.ingest.pipeline import REUSE_MIN_BYTES
-
-    assert len(hostile.make_pdf(PDF_PAGES)) >= REUSE_MIN_BYTES
+async def test_a_small_note_submitted_again_is_reused_not_processed(ledger: Ledger) -> None:
+    # Once only originals of 64 KiB or more were looked up: a small note ran twice.
+    note = b"# Leases\n\nA lease is renewed every third of its length.\n"
+    first = await ledger.operator.upload(note, "leases.md")
+    done = await ledger.operator.submit(first.document_id)
+    await Worker(ledger, "w-small", concurrency=1, register=False).run(until_idle=True)
+    second = await ledger.operator.upload(note, "leases-again.md")
+    again = await ledger.operator.submit(second.document_id)
+    await Worker(ledger, "w-small", concurrency=1, register=False).run(until_idle=True)
+    reused = await ledger.reads.get_task(again.task_id)
+    assert reused.status is TaskStatus.SUCCEEDED
+    assert reused.options["reused_from"] == done.task_id
 
 
 async def test_a_twin_submitted_together_waits_then_reuses(

@@ -6,6 +6,7 @@ counts) and the next step (reconcile, review), and that nothing was sent twice."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import signal
@@ -261,6 +262,9 @@ class Blackhole:
     def __init__(self, info: dict[str, Any]) -> None:
         self.info = json.dumps(info).encode()
         self.listener = socket.socket()
+        # The drill starts the provider on this port once the hole is closed: its
+        # connections, still closing then, must not keep the port.
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(16)
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
@@ -285,6 +289,10 @@ class Blackhole:
                 self.held.append(conn)  # never answered
 
     def close(self) -> None:
+        # Wakes the accept() above: a listener closed under a blocked accept keeps
+        # its port, and the drill starts the provider on it.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
         for conn in self.held:
             conn.close()
@@ -308,7 +316,20 @@ async def test_a_crash_after_the_intent_and_before_sending_goes_to_review_not_re
         hole.close()
     request = await the_request(ledger, task_id)
     assert request.state is RequestState.UNKNOWN
+    # The provider answers where the request was sent (a request is only ever looked
+    # up there), and it never received it.
+    provider.stop()
+    behind = Path(settings.store_root).parent / "behind-the-hole.sqlite3"
+    provider = start_provider(behind, "--port", hole.url.rsplit(":", 1)[1])
+    try:
+        await the_drill_goes_on(ledger, pool, provider, settings, task_id)
+    finally:
+        provider.stop()
 
+
+async def the_drill_goes_on(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider, settings: Settings, task_id: str
+) -> None:
     await asyncio.sleep(settings.lease_s + 0.2)  # the dead worker's lease runs out
     await ledger.queue.reap()
     decisions = await reconcile_now(ledger, provider.url)
@@ -363,9 +384,14 @@ async def test_marking_a_reviewed_request_failed_keeps_it_from_being_sent(
     provider.faults(lose_reply=1.0)
     await run_worker(ledger, pool, provider.url)
     request = await the_request(ledger, task_id)
-    # The provider loses its record (a restart without its database): not found.
+    # The provider loses its record (a restart without its database, at the same
+    # address: a request is only ever looked up where it was sent): not found.
     provider.stop()
-    fresh = start_provider(Path(settings.store_root).parent / "fresh-provider.sqlite3")
+    fresh = start_provider(
+        Path(settings.store_root).parent / "fresh-provider.sqlite3",
+        "--port",
+        provider.url.rsplit(":", 1)[1],
+    )
     try:
         decisions = await reconcile_now(ledger, fresh.url)
         assert [d.state for d in decisions] == [RequestState.NEEDS_REVIEW]
