@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 64  # chunks per embedder call
 KEY_ON_LOOP_MAX_BYTES = 1 << 20  # bytes; larger originals get their processing key on a thread
+ALWAYS_LOOK_UP_BYTES = 64 * 1024  # bytes; smaller originals look up only when shared
 # Each wait is a hand-back and a history line: long enough not to flood the history
 # while a big document is parsed, short next to the parse it saves.
 KEY_WAIT_S = 10.0  # seconds a task waits before looking again at a task making its result
@@ -248,14 +249,16 @@ class Pipeline:
         else:  # sha256 runs ~1 ms per MB: big originals are hashed off the event loop
             options["processing_key"] = await asyncio.to_thread(processing_key, data, options)
         progress.set(Stage.PARSE, 0, estimate, options=options)
-        # Every document, however small: the look-up is one write transaction
-        # (WorkQueue.hold_or_reuse), ~0.3 ms of worker CPU. On bench.ingest's small
-        # corpus (1000 one-page documents) that took one worker from 0.55x to 0.51x of
-        # bare parsing's documents/s (best of 4 interleaved rounds), inside the 0.5x
-        # target; skipping documents under 64 KiB had let small twins run twice.
-        reused = await self._reuse_or_wait(claim, options, say)
-        if reused is not None:
-            return reused
+        # A result to reuse, or a twin making it, can only exist when another document
+        # holds the same bytes, which the claim read through an index. The look-up is a
+        # write transaction (~0.4 ms of worker CPU): asked of every document it cost
+        # small documents 13% of their speed (bench.ingest's small corpus: 0.55x ->
+        # 0.47x of bare parsing). Big originals always ask: parsing one again is dear,
+        # and a twin uploaded after this claim then finds this task holding the key.
+        if claim.content_shared or len(data) >= ALWAYS_LOOK_UP_BYTES:
+            reused = await self._reuse_or_wait(claim, options, say)
+            if reused is not None:
+                return reused
         say(f"stage=parse 0/{estimate}")
         if document.kind != "pdf" and len(data) <= TEXT_IN_PROCESS_MAX_BYTES:
             parsed = await self._parse_text(data, document.kind)

@@ -118,7 +118,8 @@ class WorkQueue:
                 return None
             rows.record_events(conn, [found[0]._asdict()], actor=worker_id, at=now)
             documents = self._documents(conn, found) if with_document else {}
-            return Claim.from_row(found[0], worker_id, lease, documents)
+            shared = self._shared(conn, documents) if with_document else None
+            return Claim.from_row(found[0], worker_id, lease, documents, shared)
 
         return await self._tx.write(tx)
 
@@ -150,13 +151,18 @@ class WorkQueue:
             # RETURNING order is unspecified on PostgreSQL; hand claims out oldest first.
             ordered = sorted(found, key=lambda r: (r.created_at, r.id))
             documents = self._documents(conn, found) if with_document else {}
-            return [Claim.from_row(r, worker_id, lease, documents) for r in ordered]
+            shared = self._shared(conn, documents) if with_document else None
+            return [Claim.from_row(r, worker_id, lease, documents, shared) for r in ordered]
 
         return await self._tx.write(tx)
 
     @staticmethod
     def _documents(conn: Connection, found: Sequence[Any]) -> dict[str, DocumentView]:
         return rows.documents_by_id(conn, (r.document_id for r in found))
+
+    @staticmethod
+    def _shared(conn: Connection, documents: Mapping[str, DocumentView]) -> set[str]:
+        return rows.shared_contents(conn, (d.sha256 for d in documents.values()))
 
     # -------------------------------------------------------- fenced writes
 

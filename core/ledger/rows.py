@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Row, Select, Table, insert, select
+from sqlalchemy import Row, Select, Table, func, insert, select
 from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, Conflict, NotFound
@@ -91,6 +91,21 @@ def documents_by_id(conn: Connection, document_ids: Iterable[str]) -> dict[str, 
         return {}
     found = conn.execute(select(DOCUMENTS).where(DOCUMENTS.c.id.in_(ids))).all()
     return {r.id: DocumentView.from_row(r) for r in found}
+
+
+def shared_contents(conn: Connection, sha256s: Iterable[str]) -> set[str]:
+    """Those of ``sha256s`` that more than one document version holds (an index seek
+    each, through ix_documents_sha256)."""
+    wanted = set(sha256s)
+    if not wanted:
+        return set()
+    query = (
+        select(DOCUMENTS.c.sha256)
+        .where(DOCUMENTS.c.sha256.in_(wanted))
+        .group_by(DOCUMENTS.c.sha256)
+        .having(func.count() > 1)
+    )
+    return set(conn.execute(query).scalars())
 
 
 def record_events(

@@ -62,7 +62,9 @@ DOCUMENTS = Table(
     Column("id", String(32), primary_key=True),
     # Display text only: never joined into a path.
     Column("filename", String(255), nullable=False),
-    Column("sha256", String(64), nullable=False),
+    # Indexed: a claim asks whether another document holds the same bytes (only then
+    # can a result to reuse, or a twin making it, exist).
+    Column("sha256", String(64), index=True, nullable=False),
     Column("object_key", String(128), nullable=False),
     Column("size", Integer, nullable=False),
     Column("kind", String(16), nullable=False),

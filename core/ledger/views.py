@@ -8,7 +8,7 @@ the same fields under the same names.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -180,6 +180,9 @@ class Claim:
     lease_s: float = 30.0
     # The task's document, read with the claim when asked for (None if gone).
     document: DocumentView | None = None
+    # Whether another document version holds the same bytes, read with the document:
+    # only then can a result to reuse, or a twin making it, exist. True when unknown.
+    content_shared: bool = True
 
     @classmethod
     def from_row(
@@ -188,7 +191,9 @@ class Claim:
         worker_id: str,
         lease_s: float,
         documents: Mapping[str, DocumentView] | None = None,
+        shared_contents: Collection[str] | None = None,
     ) -> Claim:
+        document = (documents or {}).get(row.document_id)
         return cls(
             task_id=row.id,
             document_id=row.document_id,
@@ -198,7 +203,10 @@ class Claim:
             lease_expires_at=row.lease_expires_at,
             options=json.loads(row.options or "{}"),
             lease_s=lease_s,
-            document=(documents or {}).get(row.document_id),
+            document=document,
+            content_shared=(
+                shared_contents is None or document is None or document.sha256 in shared_contents
+            ),
         )
 
 

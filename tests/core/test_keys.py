@@ -180,6 +180,17 @@ async def test_a_waiting_twin_is_due_as_soon_as_the_task_making_its_result_ends(
     assert again.task_id == b.task_id
 
 
+async def test_small_twins_claimed_together_run_once(ledger: Ledger) -> None:
+    # Both are claimed in one claim-ahead batch and both read that their bytes are
+    # shared: one makes the result, the other waits for it and reuses it.
+    note = b"# Cranes\n\nEvery crane is inspected before a lease is granted.\n"
+    added = await ledger.operator.add_many([(note, "a.md"), (note, "b.md")], submit=True)
+    await Worker(ledger, "w-twins", concurrency=2, register=False).run(until_idle=True)
+    tasks = [await ledger.reads.get_task(task.task_id) for _, task in added if task]
+    assert [t.status for t in tasks] == [TaskStatus.SUCCEEDED] * 2
+    assert sum("reused_from" in t.options for t in tasks) == 1
+
+
 async def test_a_small_note_submitted_again_is_reused_not_processed(ledger: Ledger) -> None:
     # Once only originals of 64 KiB or more were looked up: a small note ran twice.
     note = b"# Leases\n\nA lease is renewed every third of its length.\n"
