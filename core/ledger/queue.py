@@ -393,10 +393,19 @@ class WorkQueue:
         }
         if waits_for_key is not None:
             values["processing_key"] = waits_for_key
-        statement = update(TASKS).where(HELD).values(**values).returning(*EVENT_SOURCE_COLUMNS)
 
         def tx(conn: Connection) -> bool:
-            row = conn.execute(statement, held_params(claim)).first()
+            change = values
+            if waits_for_key is not None and not FIND_KEY_HOLDER.rows(
+                conn, {"p_key": waits_for_key, "p_task_id": claim.task_id}
+            ):
+                # The task it would wait for ended between this task's look-up and
+                # now, and its end woke nobody: due at once, to reuse its result.
+                change = values | {"next_attempt_at": now}
+            statement = update(TASKS).where(HELD).values(**change)
+            row = conn.execute(
+                statement.returning(*EVENT_SOURCE_COLUMNS), held_params(claim)
+            ).first()
             if row is None:
                 return False
             rows.record_events(conn, [row._mapping], actor=claim.worker_id, at=now, reason=reason)
