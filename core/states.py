@@ -53,6 +53,12 @@ class Stage(StrEnum):
     FINALIZING = "finalizing"
 
 
+# A document's row version (optimistic locking) is a PostgreSQL integer: a larger
+# --expect-version can only be a typo, and binding it would be a driver error (a 500
+# over HTTP) instead of an answer. Every face checks against this one limit.
+ROW_VERSION_MAX = 2**31 - 1
+
+
 class ErrorCode(StrEnum):
     """Stable error codes: the only failure vocabulary that leaves the ledger."""
 

@@ -6,7 +6,6 @@ import base64
 import binascii
 import json
 import math
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -18,7 +17,7 @@ from core.api.problems import responses
 from core.api.routing import GuardedRoute
 from core.errors import BadInput
 from core.filters import parse_filter
-from core.ledger import Ledger, TaskPosition, TaskView
+from core.ledger import TaskPosition
 from core.states import ErrorCode, TaskStatus
 
 router = APIRouter(
@@ -69,20 +68,6 @@ Blank = BeforeValidator(_blank_is_absent)
 NOT_FOUND = {404: "no task has this id"}
 
 
-async def task_detail(
-    ledger: Ledger, task: TaskView, *, now: float, history: bool = True
-) -> dict[str, Any]:
-    """One task as ``ingestdesk task ID --json`` shows it: its fields, whether it is
-    stalled, its provider requests and (with ``history``) its history."""
-    value = task.to_dict() | {
-        "stalled": task.is_stalled(now, ledger.settings.stall_after_s),
-        "provider_requests": [r.to_dict() for r in await ledger.providers.for_task(task.task_id)],
-    }
-    if history:
-        value["history"] = [e.to_dict() for e in await ledger.reads.task_history(task.task_id)]
-    return value
-
-
 @router.get("", summary="Tasks, newest first, a page at a time")
 async def list_tasks(
     request: Request,
@@ -123,7 +108,7 @@ async def get_task(
     only when asked."""
     ledger = ledger_of(request)
     task = await ledger.reads.get_task(task_id)
-    return await task_detail(ledger, task, now=time.time(), history=history)
+    return (await ledger.task_detail(task, history=history)).to_dict()
 
 
 @router.delete(

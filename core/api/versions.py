@@ -20,14 +20,10 @@ from core.api.context import ledger_of
 from core.api.problems import responses
 from core.api.routing import GuardedRoute
 from core.errors import BadInput
+from core.states import ROW_VERSION_MAX
 
 router = APIRouter(tags=["versions and review"], route_class=GuardedRoute)
 
-# The CLI's --expect-version limit (core.cli.documents.ROW_VERSION_MAX; a test keeps
-# the two equal): row versions are PostgreSQL integers, and a larger number reached
-# the database as a 500 (OverflowError) instead of an answer. Not imported: the CLI
-# package imports the API (serve), and the API must not import it back.
-ROW_VERSION_MAX = 2**31 - 1
 
 DOC = "/api/documents/{document_id}"
 REASON_HELP = "why, kept in the document's history"

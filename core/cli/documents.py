@@ -14,7 +14,7 @@ from core.cli.options import limit_argument, whole_number
 from core.cli.output import Output, document_line, task_line, when
 from core.cli.uploads import idempotency_argument
 from core.errors import NotFound
-from core.states import DocumentStatus
+from core.states import ROW_VERSION_MAX, DocumentStatus
 
 if TYPE_CHECKING:
     from core.ledger import DocumentView, Ledger
@@ -23,9 +23,6 @@ if TYPE_CHECKING:
 DEFAULT_LIST_LIMIT = 1000  # documents listed at most
 DEFAULT_SEARCH_LIMIT = 20  # search hits shown at most
 CHUNK_PREVIEW_CHARS = 100  # characters of each chunk that `chunks` shows
-# Row versions are PostgreSQL integers: a larger --expect-version can only be a typo,
-# and binding it would be a driver error instead of an answer.
-ROW_VERSION_MAX = 2**31 - 1
 
 
 async def cmd_submit(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:

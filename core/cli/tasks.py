@@ -4,7 +4,6 @@ error codes a task can fail with)."""
 from __future__ import annotations
 
 import argparse
-import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -35,14 +34,9 @@ async def cmd_tasks(ledger: Ledger, args: argparse.Namespace, out: Output) -> No
 async def cmd_task(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     """``ingestdesk task TASK_ID``: one task with its event history."""
     task = await ledger.reads.get_task(args.task_id)
-    history = await ledger.reads.task_history(task.task_id)
-    requests = await ledger.providers.for_task(task.task_id)
-    stalled = task.is_stalled(time.time(), ledger.settings.stall_after_s)
-    value = task.to_dict() | {
-        "stalled": stalled,
-        "history": [e.to_dict() for e in history],
-        "provider_requests": [r.to_dict() for r in requests],
-    }
+    detail = await ledger.task_detail(task)
+    value = detail.to_dict()
+    history, requests, stalled = detail.history or [], detail.requests, detail.stalled
     lines = [
         f"task      {task.task_id}",
         f"document  {task.document_id}  {task.document_name or '(gone)'}",

@@ -55,6 +55,7 @@ from core.ledger.views import (
     Reaped,
     ReusableResult,
     SearchHit,
+    TaskDetail,
     TaskEventView,
     TaskPosition,
     TaskView,
@@ -133,6 +134,16 @@ class Ledger:
         upgraded it since this one opened)."""
         return await self.transactions.read(current_revision)
 
+    async def task_detail(self, task: TaskView, *, history: bool = True) -> TaskDetail:
+        """``task`` in full: whether it is stalled, its provider requests and (with
+        ``history``) its history; what ``task ID`` and the API's task read show."""
+        return TaskDetail(
+            task,
+            task.is_stalled(self.clock(), self.settings.stall_after_s),
+            await self.providers.for_task(task.task_id),
+            await self.reads.task_history(task.task_id) if history else None,
+        )
+
     @property
     def backend(self) -> str:
         """``sqlite`` or ``postgresql``."""
@@ -160,6 +171,7 @@ __all__ = [
     "Reaped",
     "ReusableResult",
     "SearchHit",
+    "TaskDetail",
     "TaskEventView",
     "TaskPosition",
     "TaskView",

@@ -408,3 +408,24 @@ class DocumentEventView(_View):
             to_status=m["to_status"],
             reason=m["reason"],
         )
+
+
+@dataclass(frozen=True)
+class TaskDetail:
+    """One task in full, as every face shows it (``task ID --json``, ``GET
+    /api/ingestion-tasks/ID``): the task, whether it is stalled, its provider
+    requests and, when read, its history."""
+
+    task: TaskView
+    stalled: bool
+    requests: list[ProviderRequestView]
+    history: list[TaskEventView] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.task.to_dict() | {
+            "stalled": self.stalled,
+            "provider_requests": [r.to_dict() for r in self.requests],
+        }
+        if self.history is not None:
+            out["history"] = [e.to_dict() for e in self.history]
+        return out
