@@ -190,9 +190,11 @@ class LedgeredEmbedding(Embedding):
         except NotSent as exc:
             await settle(key, RequestState.NOT_SENT, detail=f"not sent: {describe(exc)}")
             raise
-        except OutcomeUnknown:
-            # The intent already says unknown: now it is due for reconciling.
-            await settle(key, RequestState.UNKNOWN, detail="sent; the reply was lost")
+        except OutcomeUnknown as exc:
+            # The intent already says unknown: now it is due for reconciling. Not "the
+            # reply was lost": a time-out or "still running" is no lost reply.
+            detail = f"sent; no usable reply: {describe(exc)}"
+            await settle(key, RequestState.UNKNOWN, detail=detail)
             raise
         except ProviderRejected as exc:
             await settle(key, RequestState.FAILED, detail=f"rejected: {describe(exc)}")

@@ -114,17 +114,6 @@ def request_in_flight(conn: Connection, request_key: str, now: float) -> bool:
     return conn.execute(query).first() is not None
 
 
-def unknown_requests_of(conn: Connection, task_id: str, attempt: int) -> list[str]:
-    """The requests attempt ``attempt`` of ``task_id`` sent that are still unknown."""
-    query = (
-        select(R.request_key)
-        .where(R.task_id == task_id)
-        .where(R.attempt == attempt)
-        .where(R.state == RequestState.UNKNOWN.value)
-    )
-    return list(conn.execute(query).scalars())
-
-
 def make_due(conn: Connection, task_id: str, now: float) -> None:
     """A task waiting for its next automatic attempt may start it ``now``."""
     conn.execute(

@@ -24,7 +24,6 @@ from core.ledger import rows
 from core.ledger.provider_requests import (
     request_goes_on,
     request_in_flight,
-    unknown_requests_of,
     waiting_reason,
 )
 from core.ledger.schema import DOCUMENTS, RUNNING_SQL, TASKS
@@ -48,6 +47,7 @@ from core.ledger.statements import (
     held_params,
     next_revision,
     wake_waiters,
+    wake_waiters_of,
 )
 from core.ledger.transactions import Transactions
 from core.ledger.views import ChunkRecord, Claim, DocumentView, Reaped, ReusableResult, TaskView
@@ -451,7 +451,7 @@ class WorkQueue:
             if row is None:
                 return False
             if waits_for is None:
-                _wake_waiters_of(conn, claim.task_id, claim.attempt, row.processing_key, now)
+                wake_waiters_of(conn, claim.task_id, claim.attempt, row.processing_key, now)
             rows.record_events(conn, [row._mapping], actor=claim.worker_id, at=now, reason=reason)
             return True
 
@@ -497,7 +497,7 @@ class WorkQueue:
             found: Sequence[Row[Any]] = conn.execute(statement).all()
             for r in found:  # a vanished worker's unfinished attempt leaves no chunks
                 DELETE_CHUNKS.rowcount(conn, {"p_document_id": r.document_id})
-                _wake_waiters_of(conn, r.id, r.attempt, r.processing_key, now)
+                wake_waiters_of(conn, r.id, r.attempt, r.processing_key, now)
             failed_docs = [r.document_id for r in found if r.status == TaskStatus.FAILED.value]
             if failed_docs:
                 conn.execute(
@@ -532,17 +532,6 @@ def _holder(conn: Connection, params: Mapping[str, Any]) -> str:
     this worker no longer holds its task)."""
     holder = FIND_KEY_HOLDER.rows(conn, params)
     return str(holder[0].id) if holder else LOST
-
-
-def _wake_waiters_of(
-    conn: Connection, task_id: str, attempt: int, key: str | None, now: float
-) -> None:
-    """An attempt ended without finishing (handed back, reaped): the tasks waiting for
-    the result it was making (processing key ``key``) and for the provider requests it
-    sent that are still unknown (no longer in flight) are due now."""
-    wake_waiters(conn, key, now, ended=task_id)
-    for request_key in unknown_requests_of(conn, task_id, attempt):
-        wake_waiters(conn, request_key, now, ended=task_id)
 
 
 def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRecord]) -> None:

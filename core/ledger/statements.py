@@ -24,9 +24,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from core.ledger.prepared import Prepared
-from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, TASKS
+from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, PROVIDER_REQUESTS, TASKS
 from core.ledger.views import Claim
-from core.states import DocumentStatus, Stage, TaskStatus
+from core.states import DocumentStatus, RequestState, Stage, TaskStatus
 
 
 def next_revision() -> ScalarSelect[Any]:
@@ -214,6 +214,24 @@ def wake_waiters(conn: Connection, key: str | None, now: float, *, ended: str = 
     itself be waiting now with that key and is not woken. No key, no waiters."""
     if key is not None:
         WAKE_KEY_WAITERS.rowcount(conn, {"p_key": key, "p_task_id": ended, "p_now": now})
+
+
+def wake_waiters_of(
+    conn: Connection, task_id: str, attempt: int, key: str | None, now: float
+) -> None:
+    """Attempt ``attempt`` of ``task_id`` ended unfinished (handed back, reaped,
+    cancelled): the tasks waiting for the result it was making (processing key
+    ``key``) and for the provider requests it sent that are still unknown (no longer
+    in flight) are due ``now``."""
+    wake_waiters(conn, key, now, ended=task_id)
+    sent = conn.execute(
+        select(PROVIDER_REQUESTS.c.request_key)
+        .where(PROVIDER_REQUESTS.c.task_id == task_id)
+        .where(PROVIDER_REQUESTS.c.attempt == attempt)
+        .where(PROVIDER_REQUESTS.c.state == RequestState.UNKNOWN.value)
+    ).scalars()
+    for request_key in list(sent):
+        wake_waiters(conn, request_key, now, ended=task_id)
 
 
 # Another task, in the subqueries below that look at tasks beside the one updated.

@@ -254,11 +254,13 @@ async def test_the_cli_reconcile_prints_each_decision_as_json(
     assert "nothing to reconcile" in again.stdout
 
 
-async def run_task(ledger: Ledger, pool: ParserPool, url: str, task_id: str) -> list[str]:
+async def run_task(
+    ledger: Ledger, pool: ParserPool, url: str, task_id: str, timeout_s: float = 30.0
+) -> list[str]:
     """One attempt of one task by an in-process worker (no reap, no reconcile, no
     second attempt however quick its retry): the lines the worker logged."""
     lines: list[str] = []
-    remote = await HttpProvider.connect(url)
+    remote = await HttpProvider.connect(url, timeout_s=timeout_s)
     try:
         worker = Worker(
             ledger, "w-once", pool=pool, embedder=remote, on_event=lambda e: lines.append(e.line)
@@ -281,6 +283,20 @@ async def test_a_lookup_that_finds_the_request_is_counted_as_the_provider_counts
     assert [(d.answer, d.state) for d in decisions] == [(Answer.FOUND, RequestState.RECOVERED)]
     request = await the_request(ledger, task_id)
     assert request.lookups == provider.stats()["lookups"] == 1
+
+
+async def test_a_call_that_timed_out_is_recorded_as_no_reply_not_as_a_lost_one(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider
+) -> None:
+    # Every unusable reply was recorded as "sent; the reply was lost".
+    task_id = await submit(ledger, note(14), "timed-out.md")
+    provider.faults(slow_s=6.0)
+    await run_task(ledger, pool, provider.url, task_id, timeout_s=1.5)
+    request = await the_request(ledger, task_id)
+    assert request.state is RequestState.UNKNOWN
+    assert request.detail is not None and "lost" not in request.detail
+    assert request.detail.startswith("sent; no usable reply: ")
+    assert "no reply (ReadTimeout)" in request.detail
 
 
 async def test_a_failure_in_the_provider_call_records_the_embedding_progress_it_reached(

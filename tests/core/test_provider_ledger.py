@@ -107,7 +107,9 @@ async def claimable(ledger: Ledger) -> list[str]:
     return [c.task_id for c in await ledger.queue.claim_next("w3", limit=5)]
 
 
-@pytest.mark.parametrize("sender_ends", ["done", "reply lost", "reaped", "handed back"])
+@pytest.mark.parametrize(
+    "sender_ends", ["done", "reply lost", "reaped", "handed back", "cancelled"]
+)
 async def test_a_task_waiting_on_a_request_is_due_as_soon_as_its_sender_ends(
     ledger: Ledger, clock: FakeClock, sender_ends: str
 ) -> None:
@@ -126,8 +128,10 @@ async def test_a_task_waiting_on_a_request_is_due_as_soon_as_its_sender_ends(
     elif sender_ends == "reaped":
         clock.advance(ledger.settings.lease_s + 1)  # the waiter's minute is not over
         await ledger.queue.reap()
-    else:
+    elif sender_ends == "handed back":
         assert await ledger.queue.hand_back(sender, delay_s=30.0)
+    else:
+        await ledger.operator.cancel(sender.task_id)
     assert waiter.task_id in await claimable(ledger)
 
 
