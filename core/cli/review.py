@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
@@ -16,6 +17,7 @@ from core.safe_text import visible
 if TYPE_CHECKING:
     from core.ingest.providers import RemoteProvider
     from core.ledger import Ledger, ProviderRequestView
+    from core.ledger.provider_requests import NotDue
 
 DECISIONS = ("resend", "fail")
 PROVIDER_TIMEOUT_S = 10.0  # seconds a look-up may take before it counts as unavailable
@@ -65,6 +67,7 @@ async def cmd_reconcile(ledger: Ledger, args: argparse.Namespace, out: Output) -
     printed."""
     from core.ingest.providers import NotSent
     from core.ingest.reconcile import Answer, reconcile
+    from core.states import RequestState
     from core.store import ObjectStore
 
     async def connect(url: str) -> RemoteProvider:
@@ -91,12 +94,22 @@ async def cmd_reconcile(ledger: Ledger, args: argparse.Namespace, out: Output) -
     skipped = sum(d.answer is Answer.NOT_LOOKED_UP for d in decisions)
     looked_up = len(decisions) - skipped
     elsewhere = f"{skipped} sent to another endpoint, not looked up here"
+    waiting = await ledger.providers.not_due()
     if looked_up:
-        summary = f"reconciled {looked_up} requests" + (f"; {elsewhere}" if skipped else "")
+        # "Reconciled" would claim more than a look-up that found nothing new did.
+        still = sum(
+            d.answer is not Answer.NOT_LOOKED_UP and d.state is RequestState.UNKNOWN
+            for d in decisions
+        )
+        summary = f"looked up {looked_up} requests: {looked_up - still} settled"
+        summary += f", {still} still unknown"
+        summary += f"; {elsewhere}" if skipped else ""
     elif skipped:
         summary = f"nothing looked up: {elsewhere}"
     else:
-        summary = "nothing to reconcile: no unknown request is due"
+        summary = "nothing to reconcile: no unknown request is due" + _not_due(
+            waiting, args.all, ledger.clock()
+        )
     if decisions:
         summary += "; now " + " ".join(f"{state.value}={n}" for state, n in counts.items() if n)
     lines.append(summary)
@@ -104,9 +117,26 @@ async def cmd_reconcile(ledger: Ledger, args: argparse.Namespace, out: Output) -
         {
             "decisions": [d.to_dict() for d in decisions],
             "requests": {state.value: n for state, n in counts.items()},
+            "not_due": asdict(waiting),
         },
         lines,
     )
+
+
+def _not_due(waiting: NotDue, everything: bool, now: float) -> str:
+    """Why a pass found nothing due, when unknown requests exist: in flight (never
+    looked up while their attempt runs), or waiting out a look-up's backoff, which
+    ``--all`` skips."""
+    said = ""
+    if waiting.backing_off and not everything:
+        soonest = max(0.0, (waiting.next_lookup_at or now) - now)
+        said += (
+            f"; {waiting.backing_off} unknown wait for their next look-up (the soonest in "
+            f"{_age(soonest)}): reconcile --all looks them up now"
+        )
+    if waiting.in_flight:
+        said += f"; {waiting.in_flight} in flight (the attempt that sent each still runs)"
+    return said
 
 
 def _review_line(r: ProviderRequestView, now: float) -> str:

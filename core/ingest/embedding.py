@@ -47,6 +47,12 @@ class TaskLost(Exception):
 class Deferred(Exception):
     """Someone else is doing this work right now: hand the task back and wait."""
 
+    def __init__(self, message: str, request_key: str | None = None) -> None:
+        super().__init__(message)
+        # The provider request another attempt is sending: its settling (or that
+        # attempt's end) makes the waiting task due at once.
+        self.request_key = request_key
+
 
 class NeedsReview(Exception):
     """A request's outcome is unknown and the provider has no record of it: a person
@@ -155,7 +161,8 @@ class LedgeredEmbedding(Embedding):
                 return await self._stored(request)
             if answer.intent is Intent.IN_FLIGHT:
                 raise Deferred(
-                    f"waiting for task {request.task_id[:8]}, which sent the same provider request"
+                    f"waiting for task {request.task_id[:8]}, which sent the same provider request",
+                    key,
                 )
             if answer.intent is Intent.NEEDS_REVIEW:
                 raise NeedsReview(request.detail or "provider request needs review", key)
@@ -183,9 +190,11 @@ class LedgeredEmbedding(Embedding):
         except NotSent as exc:
             await settle(key, RequestState.NOT_SENT, detail=f"not sent: {describe(exc)}")
             raise
-        except OutcomeUnknown:
-            # The intent already says unknown: now it is due for reconciling.
-            await settle(key, RequestState.UNKNOWN, detail="sent; the reply was lost")
+        except OutcomeUnknown as exc:
+            # The intent already says unknown: now it is due for reconciling. Not "the
+            # reply was lost": a time-out or "still running" is no lost reply.
+            detail = f"sent; no usable reply: {describe(exc)}"
+            await settle(key, RequestState.UNKNOWN, detail=detail)
             raise
         except ProviderRejected as exc:
             await settle(key, RequestState.FAILED, detail=f"rejected: {describe(exc)}")

@@ -156,7 +156,9 @@ class Pipeline:
         except RequestFailed as exc:
             return await fail(ErrorCode.PROVIDER_FAILED, neutralise(str(exc)), exc.request_key)
         except Deferred as exc:
-            return await self._defer(claim, None, neutralise(str(exc)), say)
+            return await self._defer(
+                claim, progress, neutralise(str(exc)), say, request_key=exc.request_key
+            )
         except NotFound as exc:
             return await fail(ErrorCode.DOCUMENT_NOT_FOUND, error_detail_of(exc))
         except ParserStartFailed as exc:
@@ -164,7 +166,12 @@ class Pipeline:
             # goes back (claimable at once, the attempt not counted) for a worker that
             # can, and the worker stops (see Worker).
             detail = neutralise(str(exc))
-            await self.ledger.queue.hand_back(claim, reason=f"handed back: {detail}")
+            await self.ledger.queue.hand_back(
+                claim,
+                reason=f"handed back: {detail}",
+                progress=progress.latest,
+                options=progress.options,
+            )
             say(f"handed back task={claim.task_id[:8]}: {detail}")
             return Outcome(claim.task_id, PARSER_UNAVAILABLE, detail=detail)
         except asyncio.CancelledError:
@@ -185,14 +192,13 @@ class Pipeline:
         progress: Progress,
         say: Say,
     ) -> Outcome:
-        # Progress is coalesced, so the row may lag: record the stage really reached,
-        # which is what the failures screen groups by.
-        stage = progress.latest[0] if progress.latest else None
+        # Progress is coalesced, so the row may lag: record the stage and progress
+        # really reached (the failures screen groups by stage), with the failure.
         view = await self.ledger.queue.fail(
             claim,
             code,
             detail,
-            stage=stage,
+            progress=progress.latest,
             waits_for_request=request_key,
             options=progress.options,
         )
@@ -256,7 +262,7 @@ class Pipeline:
         # 0.47x of bare parsing). Big originals always ask: parsing one again is dear,
         # and a twin uploaded after this claim then finds this task holding the key.
         if claim.content_shared or len(data) >= ALWAYS_LOOK_UP_BYTES:
-            reused = await self._reuse_or_wait(claim, options, say)
+            reused = await self._reuse_or_wait(claim, progress, options, say)
             if reused is not None:
                 return reused
         say(f"stage=parse 0/{estimate}")
@@ -284,6 +290,10 @@ class Pipeline:
         # embedding, progress per batch (the reporter writes the latest of it)
         total = len(chunks)
         progress.set(Stage.EMBEDDING, 0, total)
+        if self.embedding.may_wait and total:
+            # A remote call can outlast the coalescing (and the worker: a reap then
+            # records what the row says), so the stage is on the row before it starts.
+            await progress.write_now()
         say(f"stage=embedding 0/{total}")
         vectors: list[bytes] = []
         for start in range(0, total, EMBED_BATCH):
@@ -315,7 +325,7 @@ class Pipeline:
         return Outcome(claim.task_id, "succeeded")
 
     async def _reuse_or_wait(
-        self, claim: Claim, options: dict[str, str], say: Say
+        self, claim: Claim, progress: Progress, options: dict[str, str], say: Say
     ) -> Outcome | None:
         """Never do the same work twice: if a succeeded task made this result and its
         chunks still verify, finish with a copy of them; else, if another running task
@@ -347,14 +357,30 @@ class Pipeline:
             say(f"result of task={found.task_id[:8]} does not verify; processing again")
         if answer.holder is not None:
             reason = f"waiting for task {answer.holder[:8]}, which is making the same result"
-            return await self._defer(claim, key, reason, say)
+            return await self._defer(claim, progress, reason, say, key=key)
         return None
 
-    async def _defer(self, claim: Claim, key: str | None, reason: str, say: Say) -> Outcome:
-        """Hand the task back to wait for another task doing the same work: due when
-        that task ends, or after KEY_WAIT_S at the latest."""
+    async def _defer(
+        self,
+        claim: Claim,
+        progress: Progress,
+        reason: str,
+        say: Say,
+        *,
+        key: str | None = None,
+        request_key: str | None = None,
+    ) -> Outcome:
+        """Hand the task back to wait for another task doing the same work (making the
+        result of processing key ``key``, or sending provider request
+        ``request_key``): due when that work ends, or after KEY_WAIT_S at the latest."""
         handed_back = await self.ledger.queue.hand_back(
-            claim, reason=reason, delay_s=KEY_WAIT_S, waits_for_key=key
+            claim,
+            reason=reason,
+            delay_s=KEY_WAIT_S,
+            waits_for_key=key,
+            waits_for_request=request_key,
+            progress=progress.latest,
+            options=progress.options,
         )
         if not handed_back:
             raise TaskLost
@@ -387,6 +413,18 @@ class Progress:
     and heartbeats in between, at least every HEARTBEAT_EVERY_S, so a document that
     takes milliseconds costs no progress writes at all, a long one shows movement
     within half a second, and a cancel reaches it within about a second.
+
+    What an attempt reached is never lost at its end: a failure or a hand-back
+    writes the latest stage and progress with it (see WorkQueue.fail). A worker that
+    vanishes leaves what was last written, which the reaper records; so a stage
+    whose work leaves this process for something that can take long and outlive
+    the worker — a remote provider's call — is written as it starts
+    (:meth:`write_now`), not held back by the coalescing. In-process stages take
+    milliseconds: a write each (~0.4 ms of worker CPU, 13% of a small document's
+    time per write) would buy a right stage only for a worker killed inside those
+    milliseconds. A parse in a parser process is not written early either: for
+    light PDFs the worker's CPU sets the pace (see the README), and a parse that
+    takes long is on the row within PROGRESS_EVERY_S.
     """
 
     def __init__(self, ledger: Ledger, claim: Claim) -> None:
@@ -397,6 +435,8 @@ class Progress:
         self.lost = False
         self._written: tuple[Stage, int, int] | None = None
         self._abandon: asyncio.Future[Any] | None = None  # cancelled when the task is lost
+        # One write at a time, so a write of an older step never lands after a newer.
+        self._writing = asyncio.Lock()
 
     def set(
         self, stage: Stage, completed: int, total: int, *, options: Mapping[str, str] | None = None
@@ -439,6 +479,24 @@ class Progress:
         if self._abandon is not None:
             self._abandon.cancel()
 
+    async def write_now(self) -> None:
+        """Write the latest step at once (with the options not written yet); a write
+        finding the task taken away marks it lost (see :meth:`check`)."""
+        if not await self._write():
+            self._lose()
+
+    async def _write(self) -> bool:
+        """Write the latest step if it is not on the row yet; whether the task is
+        still held (True when there was nothing to write)."""
+        async with self._writing:
+            latest = self.latest
+            if latest is None or latest == self._written:
+                return True
+            options, self.options = self.options, None
+            held = await self.ledger.queue.report_progress(self.claim, *latest, options=options)
+            self._written = latest
+            return held
+
     async def report(self) -> None:
         """Write progress and heartbeats until the task is lost (run as a side task,
         cancelled when the attempt ends); on a write answering False, mark the task
@@ -451,11 +509,8 @@ class Progress:
         last_write = time.monotonic()
         while not self.lost:
             await asyncio.sleep(interval)
-            latest = self.latest
-            if latest is not None and latest != self._written:
-                options, self.options = self.options, None
-                held = await self.ledger.queue.report_progress(self.claim, *latest, options=options)
-                self._written = latest
+            if self.latest is not None and self.latest != self._written:
+                held = await self._write()
             elif time.monotonic() - last_write >= heartbeat_after:
                 held = await self.ledger.queue.heartbeat(self.claim)
             else:

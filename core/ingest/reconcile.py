@@ -112,10 +112,12 @@ async def record_result(
     detail: str,
     expect: frozenset[RequestState] = frozenset({RequestState.UNKNOWN}),
     requeue: Requeue | None = None,
+    looked_up: bool = False,
 ) -> bool:
     """Store a verified reply's vectors, then commit the request as ``state`` with
     the provider's request id, the result's object key and usage (in that order: the
-    row never points at an object that is not there)."""
+    row never points at an object that is not there). ``looked_up``: the reply was
+    found by a look-up, counted with the others."""
     result_key, digest = await store_result(store, reply)
     return await ledger.providers.settle(
         request_key,
@@ -128,6 +130,7 @@ async def record_result(
         usage=reply.usage,
         expect=expect,
         requeue=requeue,
+        looked_up=looked_up,
     )
 
 
@@ -167,7 +170,10 @@ async def reconcile_one(
             return await settle(
                 Answer.NOT_FOUND,
                 RequestState.RESEND,
-                "not found at the provider; sent again (the provider declares repeats safe)",
+                # Nothing is sent here: the request becomes sendable, and the next
+                # attempt (or this one, when a worker looked it up) sends it.
+                "not found at the provider, which declares repeats safe: "
+                "it may be sent again (not sent yet)",
             )
         return await settle(
             Answer.NOT_FOUND,
@@ -187,7 +193,14 @@ async def reconcile_one(
         )
     detail = "found at the provider; fetched and verified"
     if not await record_result(
-        ledger, store, key, reply, RequestState.RECOVERED, detail=detail, requeue=requeue
+        ledger,
+        store,
+        key,
+        reply,
+        RequestState.RECOVERED,
+        detail=detail,
+        requeue=requeue,
+        looked_up=True,
     ):
         return await _elsewhere(ledger, request)
     return Decision(key, request.task_id, Answer.FOUND, RequestState.RECOVERED, detail)

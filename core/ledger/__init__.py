@@ -36,7 +36,8 @@ from core.config import Settings
 from core.ledger.actions import Operator
 from core.ledger.idempotency import IdempotencyKeys, Once
 from core.ledger.migrate import current_revision
-from core.ledger.provider_requests import Intent, IntentAnswer, ProviderLedger, ProviderReview
+from core.ledger.provider_requests import Intent, IntentAnswer, ProviderLedger
+from core.ledger.provider_review import ProviderReview
 from core.ledger.queue import WorkQueue
 from core.ledger.reads import Reads
 from core.ledger.registry import WorkerRegistry

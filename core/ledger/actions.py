@@ -26,7 +26,7 @@ from core.ledger import idempotency, rows, version_reads
 from core.ledger.idempotency import Once
 from core.ledger.reads import Reads
 from core.ledger.schema import CANCELLABLE_SQL, DOCUMENT_EVENTS, DOCUMENTS, OUTBOX, TASKS
-from core.ledger.statements import DELETE_CHUNKS, TASK_COLUMNS, next_revision
+from core.ledger.statements import DELETE_CHUNKS, TASK_COLUMNS, next_revision, wake_waiters_of
 from core.ledger.transactions import Transactions
 from core.ledger.views import BulkResult, DocumentView, TaskView
 from core.safe_text import check_identifier, neutralise
@@ -360,13 +360,16 @@ class Operator:
                     updated_at=now,
                     revision=next_revision(),
                 )
-                .returning(*TASK_COLUMNS, TASKS.c.previous_status)
+                .returning(*TASK_COLUMNS, TASKS.c.previous_status, TASKS.c.processing_key)
             ).first()
             if row is None:
                 current = rows.task_row(conn, resolved)
                 raise Conflict(
                     f"task {resolved[:8]} is {current.status}; {CANCEL_RULE} tasks can be cancelled"
                 )
+            if row.previous_status == TaskStatus.RUNNING.value:
+                # Its twins and the tasks waiting on a request it sent go on now.
+                wake_waiters_of(conn, resolved, row.attempt, row.processing_key, now)
             rows.move_document(
                 conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT, at=now
             )

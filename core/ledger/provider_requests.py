@@ -17,12 +17,17 @@ The row names only the last task that sent it, but several tasks can wait on one
 request (twins make the same request keys). A task failing on a request names it in
 its history line (:func:`waiting_reason`): that links every waiting task to it, so
 the review lists each, a decision settles all, and reconcile's recovery requeues them.
+A task that met a request another running attempt is sending waits for it instead
+(handed back with its key, see :meth:`core.ledger.WorkQueue.hand_back`): it is due
+again the moment the request is settled or that attempt ends.
+
+A person's decisions on requests waiting for review are in
+:mod:`core.ledger.provider_review`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -32,14 +37,14 @@ from typing import Any
 from sqlalchemy import Select, Table, and_, exists, func, or_, select, update
 from sqlalchemy.engine import Connection
 
-from core.errors import BadInput, Conflict
+from core.errors import Conflict
 from core.ledger import rows
-from core.ledger.actions import REASON_MAX, requeue_failed
+from core.ledger.actions import requeue_failed
 from core.ledger.schema import DOCUMENTS, EVENTS, PROVIDER_REQUESTS, TASKS
-from core.ledger.statements import HELD, TASK_COLUMNS, held_params, next_revision
+from core.ledger.statements import HELD, held_params, next_revision, wake_waiters
 from core.ledger.transactions import Transactions
-from core.ledger.views import Claim, ProviderRequestView, TaskView
-from core.safe_text import check_identifier, neutralise
+from core.ledger.views import Claim, ProviderRequestView
+from core.safe_text import neutralise
 from core.states import (
     REQUEST_RESULT_STATES,
     REQUEST_SENDABLE_STATES,
@@ -97,6 +102,29 @@ def _in_flight(now: float) -> Any:
     )
 
 
+def request_in_flight(conn: Connection, request_key: str, now: float) -> bool:
+    """Whether ``request_key`` is unknown and the attempt that sent it is still
+    sending it (what :meth:`ProviderLedger.intend` answers ``IN_FLIGHT`` for)."""
+    query = (
+        select(R.request_key)
+        .where(R.request_key == request_key)
+        .where(R.state == RequestState.UNKNOWN.value)
+        .where(_in_flight(now))
+    )
+    return conn.execute(query).first() is not None
+
+
+def make_due(conn: Connection, task_id: str, now: float) -> None:
+    """A task waiting for its next automatic attempt may start it ``now``."""
+    conn.execute(
+        update(TASKS)
+        .where(T.id == task_id)
+        .where(T.status == TaskStatus.RETRY_WAIT.value)
+        .where(T.next_attempt_at > now)
+        .values(next_attempt_at=now, updated_at=now, revision=next_revision())
+    )
+
+
 def waiting_reason(request_key: str) -> str:
     """The history line of a task's failure on ``request_key``: it links the task to
     the request (see the module docstring)."""
@@ -113,7 +141,7 @@ def _linked(key: str) -> Any:
     )
 
 
-def _waiting_on(conn: Connection, key: str, statuses: tuple[TaskStatus, ...]) -> list[Any]:
+def waiting_on(conn: Connection, key: str, statuses: tuple[TaskStatus, ...]) -> list[Any]:
     """Tasks in ``statuses`` waiting on ``key``: failed (or failing) on it, or the one
     that sent it, at the attempt that sent it; with their document's name."""
     row = conn.execute(select(R.task_id, R.attempt).where(R.request_key == key)).first()
@@ -146,8 +174,17 @@ def request_goes_on(conn: Connection, request_key: str) -> bool:
     return state is not None and RequestState(state) in GOES_ON
 
 
-def _detail(text: str | None) -> str | None:
+def detail_of(text: str | None) -> str | None:
     return None if text is None else neutralise(text)[:DETAIL_MAX]
+
+
+@dataclass(frozen=True)
+class NotDue:
+    """Unknown requests a reconcile pass leaves alone now, and why."""
+
+    in_flight: int  # the attempt that sent each still runs (its lease too)
+    backing_off: int  # looked up before; the next look-up is not due yet
+    next_lookup_at: float | None  # the soonest of those next look-ups
 
 
 class ProviderLedger:
@@ -273,11 +310,14 @@ class ProviderLedger:
         used up while the request was unknown) is requeued with a fresh budget, one
         waiting for its next automatic attempt is due at once. Only progress earns a
         requeue (a request that was unknown is settled), so it cannot loop.
+
+        A request settled (moved to any state but unknown) makes the tasks that wait
+        for it while another attempt sent it due at once, with or without ``requeue``.
         """
         now = self.clock()
         values: dict[str, Any] = {
             "state": state.value,
-            "detail": _detail(detail),
+            "detail": detail_of(detail),
             "next_lookup_at": next_lookup_at,
             "updated_at": now,
         }
@@ -302,6 +342,10 @@ class ProviderLedger:
         def tx(conn: Connection) -> bool:
             if not conn.execute(statement).rowcount:
                 return False
+            if state is not RequestState.UNKNOWN:
+                # Settled: the tasks waiting for it while another attempt sent it go on
+                # now (one still unknown is waited for until its attempt ends).
+                wake_waiters(conn, request_key, now)
             if requeue is not None and state in GOES_ON:
                 _go_on(conn, request_key, state, requeue, now)
             return True
@@ -330,6 +374,26 @@ class ProviderLedger:
         return await self._tx.read(
             lambda conn: [ProviderRequestView.from_row(r) for r in conn.execute(query)]
         )
+
+    async def not_due(self) -> NotDue:
+        """The unknown requests :meth:`due` leaves out now: in flight, or waiting for
+        their next look-up (what a pass that finds nothing due says)."""
+        now = self.clock()
+        flying = _in_flight(now)
+        unknown = select(func.count()).where(R.state == RequestState.UNKNOWN.value)
+        later = (
+            select(func.count(), func.min(R.next_lookup_at))
+            .where(R.state == RequestState.UNKNOWN.value)
+            .where(R.next_lookup_at > now)
+            .where(~flying)
+        )
+
+        def tx(conn: Connection) -> NotDue:
+            in_flight = int(conn.execute(unknown.where(flying)).scalar_one())
+            backing_off, soonest = conn.execute(later).one()
+            return NotDue(in_flight, int(backing_off), soonest)
+
+        return await self._tx.read(tx)
 
     # ----------------------------------------------------------------- reads
 
@@ -370,7 +434,7 @@ class ProviderLedger:
             for r in conn.execute(query).all():
                 view = ProviderRequestView.from_row(r)
                 found.append(view)
-                for t in _waiting_on(conn, view.request_key, (TaskStatus.FAILED,)):
+                for t in waiting_on(conn, view.request_key, (TaskStatus.FAILED,)):
                     if t.id != view.task_id:
                         found.append(
                             replace(
@@ -386,102 +450,6 @@ class ProviderLedger:
         return await self._tx.read(tx)
 
 
-class ProviderReview:
-    """A person's decisions on requests waiting for review (the operator's side: a
-    read-only process has none). A decision is on the requests the named task waits
-    on, and settles every task waiting on them (twins share requests), each with its
-    own line in its history."""
-
-    def __init__(
-        self,
-        transactions: Transactions,
-        clock: Callable[[], float],
-        *,
-        max_attempts: int,
-    ) -> None:
-        self._tx = transactions
-        self.clock = clock
-        self.max_attempts = max_attempts
-
-    async def resend(self, task_id: str, *, actor: str, reason: str | None = None) -> TaskView:
-        """A person decides the requests the task waits on (waiting for review, or
-        failed) may be sent again; every failed task waiting on them is requeued at
-        once. Recorded in each task's history."""
-        check_identifier(actor, "actor")
-        why = "resend approved after review" + (f": {neutralise(reason)}" if reason else "")
-        why = why[:REASON_MAX]
-        now = self.clock()
-        requeue = functools.partial(requeue_failed, now=now, max_attempts=self.max_attempts)
-
-        def tx(conn: Connection) -> TaskView:
-            resolved, keys = _decided(conn, task_id, DECIDABLE)
-            conn.execute(
-                update(PROVIDER_REQUESTS)
-                .where(R.request_key.in_(keys))
-                .where(R.state.in_([s.value for s in DECIDABLE]))
-                .values(state=RequestState.RESEND.value, detail=_detail(why), updated_at=now)
-            )
-            for task, said in _settled_tasks(conn, resolved, keys, why):
-                try:
-                    if task.status == TaskStatus.FAILED.value:
-                        requeue(conn, task.id, actor=actor, reason=said)
-                        continue
-                except Conflict:
-                    if task.id == resolved:
-                        raise  # (a twin whose document moved on stays failed: noted)
-                # Still active: its next attempt finds the request sendable.
-                _note(conn, task, actor=actor, at=now, reason=said)
-            view = rows.task_view(conn, resolved)
-            assert view is not None
-            return view
-
-        return await self._tx.write(tx)
-
-    async def mark_failed(self, task_id: str, *, actor: str, reason: str) -> TaskView:
-        """A person decides the requests the task waits on failed: nothing is sent
-        again, and every failed task waiting on them says ``provider_failed`` with the
-        reason. Recorded in each task's history."""
-        check_identifier(actor, "actor")
-        if not reason or not reason.strip():
-            raise BadInput("marking a request failed needs a reason (--reason)")
-        why = f"marked failed after review: {neutralise(reason)}"[:REASON_MAX]
-        now = self.clock()
-        waiting = (ErrorCode.NEEDS_REVIEW.value, ErrorCode.OUTCOME_UNKNOWN.value)
-
-        def tx(conn: Connection) -> TaskView:
-            resolved, keys = _decided(conn, task_id, frozenset({RequestState.NEEDS_REVIEW}))
-            conn.execute(
-                update(PROVIDER_REQUESTS)
-                .where(R.request_key.in_(keys))
-                .where(R.state == RequestState.NEEDS_REVIEW.value)
-                .values(state=RequestState.FAILED.value, detail=_detail(why), updated_at=now)
-            )
-            for task, said in _settled_tasks(conn, resolved, keys, why):
-                row = conn.execute(
-                    update(TASKS)
-                    .where(T.id == task.id)
-                    .where(T.status == TaskStatus.FAILED.value)
-                    .where(T.error_code.in_(waiting))
-                    .values(
-                        previous_status=T.status,
-                        error_code=ErrorCode.PROVIDER_FAILED.value,
-                        error_detail=_detail(reason),
-                        updated_at=now,
-                        revision=next_revision(),
-                    )
-                    .returning(*TASK_COLUMNS, T.previous_status)
-                ).first()
-                if row is not None:
-                    rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=said)
-                else:  # still active: its next attempt finds the request failed
-                    _note(conn, task, actor=actor, at=now, reason=said)
-            view = rows.task_view(conn, resolved)
-            assert view is not None
-            return view
-
-        return await self._tx.write(tx)
-
-
 @dataclass(frozen=True)
 class Requeue:
     """Who requeues the tasks waiting on a request settled so that work can go on,
@@ -491,57 +459,10 @@ class Requeue:
     actor: str = RECONCILE_ACTOR
 
 
-def _decided(
-    conn: Connection, task_id: str, states: frozenset[RequestState]
-) -> tuple[str, list[str]]:
-    """The named task's full id and the requests in ``states`` it waits on: those it
-    sent, and the one its current attempt failed on (sent by a twin, perhaps).
-
-    Raises:
-        Conflict: It waits on none.
-    """
-    resolved = rows.resolve_id(conn, TASKS, task_id, "task")
-    task = rows.task_row(conn, resolved)
-    linked = requests_waited_on(conn, resolved, task.attempt)
-    keys = conn.execute(
-        select(R.request_key)
-        .where(or_(R.task_id == resolved, R.request_key.in_(linked)))
-        .where(R.state.in_([s.value for s in states]))
-        .order_by(R.created_at, R.request_key)
-    ).scalars()
-    found = list(keys)
-    if not found:
-        raise Conflict(f"task {resolved[:8]} has no provider request waiting for review")
-    return resolved, found
-
-
-def _settled_tasks(
-    conn: Connection, resolved: str, keys: list[str], why: str
-) -> list[tuple[Any, str]]:
-    """The tasks a decision on ``keys`` settles, each with its history line: the named
-    task first, then every other task waiting on them (failed on them, or the one
-    that sent them, if still active), saying which task the decision was made on."""
-    statuses = (TaskStatus.FAILED, TaskStatus.QUEUED, TaskStatus.RETRY_WAIT, TaskStatus.RUNNING)
-    settled: list[tuple[Any, str]] = [(rows.task_row(conn, resolved), why)]
-    seen = {resolved}
-    also = f"{why} (decided on task {resolved[:8]}, which waits on the same request)"
-    for key in keys:
-        sender = conn.execute(select(R.task_id).where(R.request_key == key)).scalar()
-        waiting = [t.id for t in _waiting_on(conn, key, statuses)]
-        for other in [*waiting, sender]:
-            if other is None or other in seen:
-                continue
-            seen.add(other)
-            task = conn.execute(select(TASKS).where(T.id == other)).first()
-            if task is not None and TaskStatus(task.status) in statuses:
-                settled.append((task, also[:REASON_MAX]))
-    return settled
-
-
 def _go_on(conn: Connection, key: str, state: RequestState, requeue: Requeue, now: float) -> None:
     """The tasks waiting on ``key``, now settled as ``state``, go on (see settle)."""
     why = f"provider request {key[:12]} is {state.value}: the task goes on"
-    for task in _waiting_on(conn, key, (TaskStatus.FAILED, TaskStatus.RETRY_WAIT)):
+    for task in waiting_on(conn, key, (TaskStatus.FAILED, TaskStatus.RETRY_WAIT)):
         if task.error_code != ErrorCode.OUTCOME_UNKNOWN.value:
             continue  # a person's decision (review) or the provider's answer: not ours
         blocked = conn.execute(
@@ -554,13 +475,7 @@ def _go_on(conn: Connection, key: str, state: RequestState, requeue: Requeue, no
         if blocked is not None:
             continue  # another of its requests still keeps it from going on
         if task.status == TaskStatus.RETRY_WAIT.value:
-            conn.execute(
-                update(TASKS)
-                .where(T.id == task.id)
-                .where(T.status == TaskStatus.RETRY_WAIT.value)
-                .where(T.next_attempt_at > now)
-                .values(next_attempt_at=now, updated_at=now, revision=next_revision())
-            )
+            make_due(conn, task.id, now)
             continue
         with contextlib.suppress(Conflict):  # its document moved on: nothing to requeue
             requeue_failed(
@@ -588,9 +503,3 @@ def _with_task() -> Select[Any]:
         )
         .order_by(R.updated_at, R.request_key)
     )
-
-
-def _note(conn: Connection, task: Any, *, actor: str, at: float, reason: str) -> None:
-    """A history line for a decision that does not change the task's status."""
-    event = {**task._mapping, "previous_status": task.status}
-    rows.record_events(conn, [event], actor=actor, at=at, reason=reason)

@@ -21,7 +21,11 @@ from sqlalchemy.engine import Connection
 from core.config import Settings
 from core.errors import ERROR_DETAIL_MAX, BadInput, ClaimBug
 from core.ledger import rows
-from core.ledger.provider_requests import request_goes_on, waiting_reason
+from core.ledger.provider_requests import (
+    request_goes_on,
+    request_in_flight,
+    waiting_reason,
+)
 from core.ledger.schema import DOCUMENTS, RUNNING_SQL, TASKS
 from core.ledger.statements import (
     CLAIM_NEXT,
@@ -40,9 +44,10 @@ from core.ledger.statements import (
     PROGRESS_WITH_OPTIONS,
     REUSABLE_RESULT,
     TASK_COLUMNS,
-    WAKE_KEY_WAITERS,
     held_params,
     next_revision,
+    wake_waiters,
+    wake_waiters_of,
 )
 from core.ledger.transactions import Transactions
 from core.ledger.views import ChunkRecord, Claim, DocumentView, Reaped, ReusableResult, TaskView
@@ -51,6 +56,9 @@ from core.states import ERRORS, DocumentStatus, ErrorCode, Stage, TaskStatus
 
 REAPER_ACTOR = "reaper"
 LOST = "lost"  # hold_key's answer when the worker no longer holds its task
+
+# The stage an attempt reached and its progress in it: (stage, completed, total).
+StageProgress = tuple[Stage, int, int]
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,22 @@ class KeyAnswer:
 
 def _options_json(options: Mapping[str, Any] | None) -> str | None:
     return None if options is None else json.dumps(dict(options), sort_keys=True)
+
+
+def _reached(progress: StageProgress | None, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The columns an attempt's end writes of what it reached: progress is coalesced
+    (see core.ingest.pipeline.Progress), so the row may lag behind the attempt, and
+    a failure or hand-back must not keep an earlier stage's numbers (a failure in
+    embedding 0/9 showed ``embedding 0/1``, the claim's download total)."""
+    values: dict[str, Any] = {}
+    if progress is not None:
+        stage, completed, total = progress
+        values |= {"stage": Stage(stage).value, "completed": completed, "total": total}
+    if options is not None:
+        # Coalesced progress may never have written them (a quick failure): the
+        # processing key is shown for failed and waiting tasks too.
+        values["options"] = _options_json(options)
+    return values
 
 
 class WorkQueue:
@@ -231,7 +255,7 @@ class WorkQueue:
             found = FINISH.rows(conn, params)
             if not found:
                 return False
-            _wake_key_waiters(conn, found[0].processing_key, claim.task_id, now)
+            wake_waiters(conn, found[0].processing_key, now, ended=claim.task_id)
             _replace_chunks(conn, claim.document_id, chunks)
             rows.move_document(
                 conn,
@@ -251,11 +275,12 @@ class WorkQueue:
         error_code: ErrorCode,
         detail: str | None = None,
         *,
-        stage: Stage | None = None,
+        progress: StageProgress | None = None,
         waits_for_request: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> TaskView | None:
-        """Record a failure of the held attempt.
+        """Record a failure of the held attempt, with the stage and progress it
+        reached (``progress``) and its ``options``, in the same fenced write.
 
         Transient codes go to retry_wait with exponential backoff and jitter while
         attempts remain; permanent codes (and exhausted attempts) go to failed and
@@ -265,7 +290,8 @@ class WorkQueue:
         history line names it, which links the task to the request (see
         :mod:`core.ledger.provider_requests`). An outcome_unknown on a request that
         was settled meanwhile (a reconcile recovered it while this attempt looked it
-        up) is not the task's failure: it goes back to retry_wait, not counted.
+        up) is not the task's failure: it goes back to retry_wait, not counted. The
+        attempt's end makes due the tasks waiting for that request (see hand_back).
         """
         error_code = ErrorCode(error_code)
         now = self.clock()
@@ -277,13 +303,7 @@ class WorkQueue:
             "lease_expires_at": None,
             "updated_at": now,
             "revision": next_revision(),
-        }
-        if stage is not None:
-            values["stage"] = Stage(stage).value  # where it failed, if progress lagged
-        if options is not None:
-            # Coalesced progress may never have written them (a quick failure): the
-            # processing key is shown for failed tasks too.
-            values["options"] = _options_json(options)
+        } | _reached(progress, options)
         reason = None if waits_for_request is None else waiting_reason(waits_for_request)
 
         def tx(conn: Connection) -> TaskView | None:
@@ -310,7 +330,9 @@ class WorkQueue:
             row = conn.execute(statement, held_params(claim)).first()
             if row is None:
                 return None
-            _wake_key_waiters(conn, row.processing_key, claim.task_id, now)
+            wake_waiters(conn, row.processing_key, now, ended=claim.task_id)
+            if waits_for_request is not None:
+                wake_waiters(conn, waits_for_request, now, ended=claim.task_id)
             # An unfinished attempt leaves no chunks (ledgers written before finish()
             # wrote chunks in a separate transaction could hold some).
             DELETE_CHUNKS.rowcount(conn, {"p_document_id": claim.document_id})
@@ -373,12 +395,28 @@ class WorkQueue:
         reason: str = "handed back on shutdown",
         delay_s: float = 0.0,
         waits_for_key: str | None = None,
+        waits_for_request: str | None = None,
+        progress: StageProgress | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> bool:
         """Give a held task back (worker shutting down, a claim taken ahead and not
         started, or work another task is already doing): claimable again after
-        ``delay_s``. ``reason`` goes into its history. ``waits_for_key``: the
-        processing key of the running task it waits for, recorded so that task's end
-        makes it due at once."""
+        ``delay_s``. ``reason`` goes into its history, ``progress`` and ``options``
+        (what the attempt reached) onto its row.
+
+        A task waiting for work another task is doing names it: ``waits_for_key``,
+        the processing key of the running task making its result, or
+        ``waits_for_request``, a provider request another running attempt sent. It is
+        kept in the row's processing_key while the task waits, so the end of that
+        work makes it due at once (see WAKE_KEY_WAITERS); if the work ended between
+        this task's look-up and now (and its end woke nobody), it is due at once.
+
+        A task handed back without waiting for anything ends its part: the tasks
+        waiting for the result it was making, or for a request it sent, are due now.
+        """
+        if waits_for_key is not None and waits_for_request is not None:
+            raise BadInput("a task waits for one thing at a time")
+        waits_for = waits_for_key or waits_for_request
         now = self.clock()
         values: dict[str, Any] = {
             "status": TaskStatus.RETRY_WAIT.value,
@@ -390,24 +428,30 @@ class WorkQueue:
             "next_attempt_at": now + delay_s,
             "updated_at": now,
             "revision": next_revision(),
-        }
-        if waits_for_key is not None:
-            values["processing_key"] = waits_for_key
+        } | _reached(progress, options)
+        if waits_for is not None:
+            values["processing_key"] = waits_for
+
+        def ended(conn: Connection) -> bool:
+            """Whether the work this task would wait for has ended already."""
+            if waits_for_request is not None:
+                return not request_in_flight(conn, waits_for_request, now)
+            holders = FIND_KEY_HOLDER.rows(conn, {"p_key": waits_for, "p_task_id": claim.task_id})
+            return not holders
 
         def tx(conn: Connection) -> bool:
             change = values
-            if waits_for_key is not None and not FIND_KEY_HOLDER.rows(
-                conn, {"p_key": waits_for_key, "p_task_id": claim.task_id}
-            ):
-                # The task it would wait for ended between this task's look-up and
-                # now, and its end woke nobody: due at once, to reuse its result.
-                change = values | {"next_attempt_at": now}
+            if waits_for is not None and ended(conn):
+                change = values | {"next_attempt_at": now}  # due at once, to go on
             statement = update(TASKS).where(HELD).values(**change)
             row = conn.execute(
-                statement.returning(*EVENT_SOURCE_COLUMNS), held_params(claim)
+                statement.returning(*EVENT_SOURCE_COLUMNS, TASKS.c.processing_key),
+                held_params(claim),
             ).first()
             if row is None:
                 return False
+            if waits_for is None:
+                wake_waiters_of(conn, claim.task_id, claim.attempt, row.processing_key, now)
             rows.record_events(conn, [row._mapping], actor=claim.worker_id, at=now, reason=reason)
             return True
 
@@ -446,13 +490,14 @@ class WorkQueue:
                 updated_at=now,
                 revision=next_revision(),
             )
-            .returning(*EVENT_SOURCE_COLUMNS, TASKS.c.document_id)
+            .returning(*EVENT_SOURCE_COLUMNS, TASKS.c.document_id, TASKS.c.processing_key)
         )
 
         def tx(conn: Connection) -> list[Reaped]:
             found: Sequence[Row[Any]] = conn.execute(statement).all()
             for r in found:  # a vanished worker's unfinished attempt leaves no chunks
                 DELETE_CHUNKS.rowcount(conn, {"p_document_id": r.document_id})
+                wake_waiters_of(conn, r.id, r.attempt, r.processing_key, now)
             failed_docs = [r.document_id for r in found if r.status == TaskStatus.FAILED.value]
             if failed_docs:
                 conn.execute(
@@ -487,13 +532,6 @@ def _holder(conn: Connection, params: Mapping[str, Any]) -> str:
     this worker no longer holds its task)."""
     holder = FIND_KEY_HOLDER.rows(conn, params)
     return str(holder[0].id) if holder else LOST
-
-
-def _wake_key_waiters(conn: Connection, key: str | None, task_id: str, now: float) -> None:
-    """The tasks waiting for ``task_id``, which held processing key ``key`` and has
-    just ended, become due now (see WAKE_KEY_WAITERS). A task without a key has none."""
-    if key is not None:
-        WAKE_KEY_WAITERS.rowcount(conn, {"p_key": key, "p_task_id": task_id, "p_now": now})
 
 
 def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRecord]) -> None:

@@ -110,7 +110,9 @@ TASKS = Table(
     Column("progress_at", Float, nullable=True),
     Column("options", Text, default="{}", nullable=False),
     # What identifies this task's result (core.ingest.keys), set by the worker that
-    # holds it once the options are known; NULL until then.
+    # holds it once the options are known; NULL until then. While the task waits for
+    # work another task is doing, the key of that work: the twin's processing key, or
+    # the provider request's key (see WorkQueue.hand_back).
     Column("processing_key", String(64), nullable=True),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),

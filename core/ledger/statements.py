@@ -21,11 +21,12 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.engine import Connection
 
 from core.ledger.prepared import Prepared
-from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, TASKS
+from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, PROVIDER_REQUESTS, TASKS
 from core.ledger.views import Claim
-from core.states import DocumentStatus, Stage, TaskStatus
+from core.states import DocumentStatus, RequestState, Stage, TaskStatus
 
 
 def next_revision() -> ScalarSelect[Any]:
@@ -183,10 +184,13 @@ FINISH = Prepared(
     )
     .returning(*EVENT_SOURCE_COLUMNS, TASKS.c.processing_key)
 )
-# Tasks handed back to wait for the task making their result (the same processing
-# key, see Pipeline._reuse_or_wait) are due at once when that task ends either way: its
-# result is there to reuse, or the work is theirs to do. Without this a burst worker
-# (--until-idle) found nothing claimable and left them waiting.
+# Tasks handed back to wait for work another task is doing are due at once when that
+# work ends, either way: the task making their result (the same processing key, see
+# Pipeline._reuse_or_wait) ended, so its result is there to reuse or the work is
+# theirs to do; or the provider request another attempt sent was settled or its
+# attempt ended (its request key, kept in processing_key while they wait, see
+# WorkQueue.hand_back). Without this a burst worker (--until-idle) found nothing
+# claimable and left them waiting.
 # The key is a parameter, not looked up by a subquery: SQLite then finds the waiters
 # through ix_tasks_processing_key (the subquery form cost a claim->finish cycle 20%).
 WAKE_KEY_WAITERS = Prepared(
@@ -201,6 +205,35 @@ WAKE_KEY_WAITERS = Prepared(
         revision=next_revision(),
     )
 )
+
+
+def wake_waiters(conn: Connection, key: str | None, now: float, *, ended: str = "") -> None:
+    """The one home of waking waiters: the tasks waiting for the work known by ``key``
+    (a processing key, or a provider request's key), which has just ended, are due
+    ``now`` (see WAKE_KEY_WAITERS). ``ended``: the task whose end it is, which may
+    itself be waiting now with that key and is not woken. No key, no waiters."""
+    if key is not None:
+        WAKE_KEY_WAITERS.rowcount(conn, {"p_key": key, "p_task_id": ended, "p_now": now})
+
+
+def wake_waiters_of(
+    conn: Connection, task_id: str, attempt: int, key: str | None, now: float
+) -> None:
+    """Attempt ``attempt`` of ``task_id`` ended unfinished (handed back, reaped,
+    cancelled): the tasks waiting for the result it was making (processing key
+    ``key``) and for the provider requests it sent that are still unknown (no longer
+    in flight) are due ``now``."""
+    wake_waiters(conn, key, now, ended=task_id)
+    sent = conn.execute(
+        select(PROVIDER_REQUESTS.c.request_key)
+        .where(PROVIDER_REQUESTS.c.task_id == task_id)
+        .where(PROVIDER_REQUESTS.c.attempt == attempt)
+        .where(PROVIDER_REQUESTS.c.state == RequestState.UNKNOWN.value)
+    ).scalars()
+    for request_key in list(sent):
+        wake_waiters(conn, request_key, now, ended=task_id)
+
+
 # Another task, in the subqueries below that look at tasks beside the one updated.
 _OTHER = TASKS.alias("other_task")
 # The running task making the result of processing key p_key, other than p_task_id.

@@ -165,19 +165,29 @@ async def test_a_second_task_with_the_same_key_waits_for_the_running_one(
     assert await ledger.queue.hold_key(stale, "k" * 64) == "lost"
 
 
-@pytest.mark.parametrize("maker_ends", ["succeeds", "fails"])
+@pytest.mark.parametrize(
+    "maker_ends", ["succeeds", "fails", "is handed back", "is reaped", "is cancelled"]
+)
 async def test_a_waiting_twin_is_due_as_soon_as_the_task_making_its_result_ends(
-    ledger: Ledger, maker_ends: str
+    ledger: Ledger, clock: FakeClock, maker_ends: str
 ) -> None:
     a, b = await twins_on_one_key(ledger)
     assert await ledger.queue.hand_back(b, reason="waiting", delay_s=60.0, waits_for_key="k" * 64)
     assert await ledger.queue.claim_next("w2") == []  # waiting while the first runs
     if maker_ends == "succeeds":
         assert await ledger.queue.finish(a, [])
-    else:
+    elif maker_ends == "fails":
         assert await ledger.queue.fail(a, ErrorCode.PARSE_ERROR, "bad") is not None
-    [again] = await ledger.queue.claim_next("w2")
-    assert again.task_id == b.task_id
+    # Only finishing and failing woke it; these left it waiting its whole minute.
+    elif maker_ends == "is handed back":
+        assert await ledger.queue.hand_back(a, delay_s=30.0)
+    elif maker_ends == "is reaped":
+        clock.advance(ledger.settings.lease_s + 1)
+        assert [r.task_id for r in await ledger.queue.reap()] == [a.task_id]
+    else:
+        await ledger.operator.cancel(a.task_id)
+    claimed = [c.task_id for c in await ledger.queue.claim_next("w2", limit=5)]
+    assert b.task_id in claimed
 
 
 async def test_small_twins_claimed_together_run_once(ledger: Ledger) -> None:

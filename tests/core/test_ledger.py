@@ -192,6 +192,43 @@ async def test_progress_and_completion_only_from_the_holder(ledger: Ledger) -> N
     assert await ledger.queue.finish(claim, []) is False
 
 
+async def test_a_failure_records_the_stage_and_progress_its_attempt_reached(
+    ledger: Ledger,
+) -> None:
+    # Progress is coalesced: the row still said download 0/1 (the claim's) when the
+    # attempt failed in embedding 0/9, and the failure kept that total.
+    task = await submitted(ledger)
+    claim = await ledger.queue.claim(task.task_id, "w")
+    assert claim is not None
+    stranger = type(claim)(**{**claim.__dict__, "worker_id": "worker-two"})
+    reached = (Stage.EMBEDDING, 0, 9)
+    assert await ledger.queue.fail(stranger, ErrorCode.PROVIDER_FAILED, progress=reached) is None
+    view = await ledger.queue.fail(claim, ErrorCode.PROVIDER_UNAVAILABLE, progress=reached)
+    assert view is not None and view.status is TaskStatus.RETRY_WAIT
+    row = await ledger.reads.get_task(task.task_id)
+    assert (row.stage, row.completed, row.total) == reached
+    assert (await ledger.reads.task_history(task.task_id))[-1].stage is Stage.EMBEDDING
+
+
+async def test_a_hand_back_records_what_its_attempt_reached(ledger: Ledger) -> None:
+    task = await submitted(ledger)
+    claim = await ledger.queue.claim(task.task_id, "w")
+    assert claim is not None
+    options = {"parser": "text", "processing_key": "k" * 64}
+    assert await ledger.queue.hand_back(
+        claim, reason="waiting", progress=(Stage.PARSE, 0, 4), options=options
+    )
+    row = await ledger.reads.get_task(task.task_id)
+    assert (row.status, row.stage, row.completed, row.total) == (
+        TaskStatus.RETRY_WAIT,
+        Stage.PARSE,
+        0,
+        4,
+    )
+    assert row.options == options  # the key it waits with is shown, as for a failure
+    assert (await ledger.reads.task_history(task.task_id))[-1].stage is Stage.PARSE
+
+
 async def test_a_presumed_dead_worker_cannot_overwrite_the_newer_attempt(
     ledger: Ledger, clock: FakeClock
 ) -> None:

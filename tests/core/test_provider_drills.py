@@ -32,7 +32,7 @@ from core.ingest.parse_pool import ParserPool
 from core.ingest.providers import request_key
 from core.ingest.reconcile import Answer, reconcile
 from core.ingest.worker import Worker
-from core.states import RequestState
+from core.states import RequestState, Stage
 from core.store import ObjectStore
 from tests.core.test_worker import cli, start_cli
 
@@ -254,6 +254,111 @@ async def test_the_cli_reconcile_prints_each_decision_as_json(
     assert "nothing to reconcile" in again.stdout
 
 
+async def run_task(
+    ledger: Ledger, pool: ParserPool, url: str, task_id: str, timeout_s: float = 30.0
+) -> list[str]:
+    """One attempt of one task by an in-process worker (no reap, no reconcile, no
+    second attempt however quick its retry): the lines the worker logged."""
+    lines: list[str] = []
+    remote = await HttpProvider.connect(url, timeout_s=timeout_s)
+    try:
+        worker = Worker(
+            ledger, "w-once", pool=pool, embedder=remote, on_event=lambda e: lines.append(e.line)
+        )
+        assert await worker.run_task(task_id)
+    finally:
+        await remote.aclose()
+    return lines
+
+
+async def test_a_lookup_that_finds_the_request_is_counted_as_the_provider_counts_it(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider
+) -> None:
+    # A recovered request said "lookups 0" while the provider had counted one.
+    task_id = await submit(ledger, note(10), "counted.md")
+    provider.faults(lose_reply=1.0)
+    await run_task(ledger, pool, provider.url, task_id)
+    provider.faults(lose_reply=0.0)
+    decisions = await reconcile_now(ledger)
+    assert [(d.answer, d.state) for d in decisions] == [(Answer.FOUND, RequestState.RECOVERED)]
+    request = await the_request(ledger, task_id)
+    assert request.lookups == provider.stats()["lookups"] == 1
+
+
+async def test_a_call_that_timed_out_is_recorded_as_no_reply_not_as_a_lost_one(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider
+) -> None:
+    # Every unusable reply was recorded as "sent; the reply was lost".
+    task_id = await submit(ledger, note(14), "timed-out.md")
+    provider.faults(slow_s=6.0)
+    await run_task(ledger, pool, provider.url, task_id, timeout_s=1.5)
+    request = await the_request(ledger, task_id)
+    assert request.state is RequestState.UNKNOWN
+    assert request.detail is not None and "lost" not in request.detail
+    assert request.detail.startswith("sent; no usable reply: ")
+    assert "no reply (ReadTimeout)" in request.detail
+
+
+async def test_a_failure_in_the_provider_call_records_the_embedding_progress_it_reached(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider
+) -> None:
+    # The worker logged embedding 0/9; the ledger kept the claim's download total: 0/1.
+    task_id = await submit(ledger, note(11, paragraphs=120), "many-chunks.md")
+    provider.faults(unavailable=True)
+    lines = await run_task(ledger, pool, provider.url, task_id)
+    task = await ledger.reads.get_task(task_id)
+    assert task.error_code is ErrorCode.PROVIDER_UNAVAILABLE
+    logged = [line for line in lines if line.startswith("stage=embedding")]
+    assert logged == [f"stage=embedding {task.completed}/{task.total}"], (logged, task)
+    assert task.stage is Stage.EMBEDDING and task.total > 1
+    assert (await ledger.reads.task_history(task_id))[-1].stage is Stage.EMBEDDING
+
+
+async def test_a_request_the_provider_never_saw_is_not_called_sent_again_before_it_is(
+    ledger: Ledger, pool: ParserPool, tmp_path: Path
+) -> None:
+    safe = start_provider(tmp_path / "resend-safe.sqlite3", "--declare-resend-safe")
+    try:
+        task_id = await submit(ledger, note(12), "resend-safe.md")
+        safe.faults(lose_request=1.0)
+        await run_task(ledger, pool, safe.url, task_id)
+        safe.faults(lose_request=0.0)
+        (decision,) = await reconcile_now(ledger)
+        assert (decision.answer, decision.state) == (Answer.NOT_FOUND, RequestState.RESEND)
+        # Reconcile only made it sendable: it said "sent again" with nothing sent.
+        assert safe.stats()["submits"] == 0
+        assert "; sent again" not in decision.detail and "not sent yet" in decision.detail
+        await wait_claimable(ledger, task_id)
+        await run_task(ledger, pool, safe.url, task_id)
+        assert (await ledger.reads.get_task(task_id)).status is TaskStatus.SUCCEEDED
+        assert safe.stats()["submits"] == 1
+    finally:
+        safe.stop()
+
+
+@pytest.mark.parametrize("sender", ["succeeds", "loses its reply"])
+async def test_a_task_waiting_on_a_request_another_task_sent_goes_on_when_the_sender_ends(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider, sender: str
+) -> None:
+    # Other bytes, the same chunks: no twin by processing key, one provider request.
+    # The second task meets it in flight and waits; it waited the whole KEY_WAIT_S, so
+    # a burst worker (--until-idle) ended with it still pending.
+    first = await submit(ledger, note(13), "shared-a.md")
+    second = await submit(ledger, note(13) + b"\n", "shared-b.md")
+    provider.faults(slow_s=3.0, lose_reply=1.0 if sender == "loses its reply" else 0.0)
+    remote = await HttpProvider.connect(provider.url)
+    try:
+        worker = Worker(ledger, "w-share", pool=pool, embedder=remote, concurrency=2)
+        await worker.run(until_idle=True)
+    finally:
+        await remote.aclose()
+    tasks = [await ledger.reads.get_task(t) for t in (first, second)]
+    assert [t.status for t in tasks] == [TaskStatus.SUCCEEDED] * 2, tasks
+    assert provider.stats()["submits"] == 1
+    reasons = [e.reason or "" for t in (first, second) for e in await ledger.reads.task_history(t)]
+    assert sum("which sent the same provider request" in r for r in reasons) == 1
+
+
 class Blackhole:
     """A provider front that answers ``/v1/info`` like the real one and swallows
     every submit without a reply: a worker killed while waiting on it has committed
@@ -434,6 +539,10 @@ async def test_a_worker_killed_between_the_providers_success_and_its_commit_is_n
     ran = await run_worker(ledger, pool, provider.url)  # reaps, reconciles, runs
     task = await ledger.reads.get_task(task_id)
     assert task.status is TaskStatus.SUCCEEDED, (task, ran.stats)
+    # The reap records the stage the dead attempt was in (it said download: the
+    # coalesced progress had not been written before the call).
+    reaped = [e for e in await ledger.reads.task_history(task_id) if e.actor == "reaper"]
+    assert [e.stage for e in reaped] == [Stage.EMBEDDING]
     assert (await the_request(ledger, task_id)).state is RequestState.RECOVERED
     assert provider.stats()["submits"] == 1
 

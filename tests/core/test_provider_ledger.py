@@ -5,13 +5,17 @@ and a person's decisions in the task's history."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 
 import pytest
 
-from core import BadInput, Conflict, ErrorCode, Ledger, TaskStatus
+from core import BadInput, Conflict, ErrorCode, Ledger, Settings, TaskStatus
 from core.ledger import Claim, Intent
+from core.ledger.provider_requests import NotDue
 from core.states import RequestState
 from tests.conftest import FakeClock
+from tests.core.test_worker import cli
 
 KEY = "ab" * 32
 
@@ -84,6 +88,105 @@ async def test_a_lost_claim_sends_nothing(ledger: Ledger) -> None:
     await ledger.operator.cancel(claim.task_id)
     assert await intend(ledger, claim) is Intent.LOST
     assert await ledger.providers.for_task(claim.task_id) == []
+
+
+async def wait_on_a_sent_request(ledger: Ledger) -> tuple[Claim, Claim]:
+    """One task sends the request; a second meets it in flight and is handed back to
+    wait for it (as the pipeline does), due in a minute at the latest."""
+    sender = await claimed(ledger, "sender.txt")
+    waiter = await claimed(ledger, "waiter.txt", "w2")
+    assert await intend(ledger, sender) is Intent.SEND
+    assert await intend(ledger, waiter) is Intent.IN_FLIGHT
+    assert await ledger.queue.hand_back(
+        waiter, reason="waiting", delay_s=60.0, waits_for_request=KEY
+    )
+    return sender, waiter
+
+
+async def claimable(ledger: Ledger) -> list[str]:
+    return [c.task_id for c in await ledger.queue.claim_next("w3", limit=5)]
+
+
+@pytest.mark.parametrize(
+    "sender_ends", ["done", "reply lost", "reaped", "handed back", "cancelled"]
+)
+async def test_a_task_waiting_on_a_request_is_due_as_soon_as_its_sender_ends(
+    ledger: Ledger, clock: FakeClock, sender_ends: str
+) -> None:
+    # It waited the whole KEY_WAIT_S, and a burst worker left it behind, while a task
+    # waiting for an identical task's result was due at once.
+    sender, waiter = await wait_on_a_sent_request(ledger)
+    assert await claimable(ledger) == []  # waiting while the request is in flight
+    if sender_ends == "done":
+        assert await ledger.providers.settle(
+            KEY, RequestState.DONE, result_key="r", result_sha256="ab" * 32, dimensions=8
+        )
+    elif sender_ends == "reply lost":
+        await ledger.providers.settle(KEY, RequestState.UNKNOWN, detail="reply lost")
+        assert await claimable(ledger) == []  # still in flight: its sender runs on
+        await ledger.queue.fail(sender, ErrorCode.OUTCOME_UNKNOWN, waits_for_request=KEY)
+    elif sender_ends == "reaped":
+        clock.advance(ledger.settings.lease_s + 1)  # the waiter's minute is not over
+        await ledger.queue.reap()
+    elif sender_ends == "handed back":
+        assert await ledger.queue.hand_back(sender, delay_s=30.0)
+    else:
+        await ledger.operator.cancel(sender.task_id)
+    assert waiter.task_id in await claimable(ledger)
+
+
+async def test_a_task_handed_back_to_wait_on_a_request_settled_meanwhile_is_due_at_once(
+    ledger: Ledger,
+) -> None:
+    sender = await claimed(ledger, "sender.txt")
+    waiter = await claimed(ledger, "waiter.txt", "w2")
+    assert await intend(ledger, sender) is Intent.SEND
+    assert await intend(ledger, waiter) is Intent.IN_FLIGHT
+    # The sender's reply lands between the waiter's intent and its hand-back: that
+    # settling woke nobody, so the hand-back itself sees the request is no longer sent.
+    assert await ledger.providers.settle(KEY, RequestState.NOT_SENT, detail="refused")
+    assert await ledger.queue.hand_back(
+        waiter, reason="waiting", delay_s=60.0, waits_for_request=KEY
+    )
+    assert await claimable(ledger) == [waiter.task_id]
+
+
+async def test_a_resend_makes_a_task_waiting_for_its_retry_due_at_once(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    claim = await claimed(ledger, "retrying.txt")
+    await intend(ledger, claim)
+    failed = await ledger.queue.fail(claim, ErrorCode.OUTCOME_UNKNOWN, waits_for_request=KEY)
+    assert failed is not None and failed.status is TaskStatus.RETRY_WAIT
+    await ledger.providers.settle(KEY, RequestState.NEEDS_REVIEW, detail="not found")
+    clock.advance(0.01)  # its backoff is far from over
+    assert await claimable(ledger) == []
+    await ledger.provider_review.resend(claim.task_id, actor="ana")
+    assert await claimable(ledger) == [claim.task_id]
+
+
+async def test_a_reconcile_that_finds_nothing_due_says_why_and_names_all(
+    ledger: Ledger, settings: Settings, clock: FakeClock
+) -> None:
+    clock.now = time.time()  # the command reads the real clock
+    backing_off = await claimed(ledger, "backing-off.txt")
+    await intend(ledger, backing_off)
+    await ledger.queue.fail(backing_off, ErrorCode.OUTCOME_UNKNOWN, waits_for_request=KEY)
+    await ledger.providers.settle(
+        KEY, RequestState.UNKNOWN, looked_up=True, next_lookup_at=clock() + 600
+    )
+    flying = await claimed(ledger, "in-flight.txt", "w2")
+    await intend(ledger, flying, "cd" * 32)
+    assert await ledger.providers.not_due() == NotDue(1, 1, clock() + 600)
+
+    said = cli(settings, "reconcile")
+    assert said.returncode == 0, said.stderr
+    assert "nothing to reconcile: no unknown request is due" in said.stdout
+    assert "1 unknown wait for their next look-up (the soonest in 10m)" in said.stdout
+    assert "reconcile --all looks them up now" in said.stdout
+    assert "1 in flight" in said.stdout
+    shown = json.loads(cli(settings, "--json", "reconcile").stdout)
+    assert shown["not_due"] == {"in_flight": 1, "backing_off": 1, "next_lookup_at": clock() + 600}
 
 
 async def test_reconcile_backoff_hides_a_request_until_its_next_lookup(
