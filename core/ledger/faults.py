@@ -86,6 +86,10 @@ def outside_fault(exc: BaseException, url: URL, doing: str = "ledger") -> Ledger
     if isinstance(exc, LedgerUnavailable):
         return exc
     where = f"{doing} {shown_url(url)}"
+    if isinstance(exc, sqlite3.Error):
+        # The hot statements run on SQLite's own cursor (core.ledger.prepared), so
+        # the driver's error arrives unwrapped.
+        return _sqlite_fault(exc, where)
     if isinstance(exc, DBAPIError):
         return _dbapi_fault(exc, where)
     if isinstance(exc, PoolTimeout):

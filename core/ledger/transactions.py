@@ -21,6 +21,7 @@ checkpoints, so none is ever held across a sleep.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -205,7 +206,7 @@ class SqliteTransactions:
         try:
             with (self._writer if write else self.engine).begin() as conn:
                 return tx(conn)
-        except DBAPIError as exc:
+        except (DBAPIError, sqlite3.Error) as exc:
             fault = outside_fault(exc, self.url)
             if fault is None:
                 raise  # not an outside fault: a bug stays a bug
