@@ -302,7 +302,9 @@ class Worker:
     async def _run(self, until_idle: bool, stop_grace_s: float) -> WorkerStats:
         side: list[asyncio.Task[None]] = []
         try:
-            await self._ledger_step(self._start, until_idle)
+            # Start-up (register, reap, reconcile) is done once the ledger answers.
+            while not self._stop.is_set() and await self._ledger_step(self._start, until_idle):
+                pass
             side = [
                 asyncio.create_task(self._reaper(), name="reaper"),
                 asyncio.create_task(self._registry_heartbeat(), name="registry-heartbeat"),
@@ -331,20 +333,20 @@ class Worker:
             await self.close()
         return self.stats
 
-    async def _start(self) -> float:
+    async def _start(self) -> None:
         if self.register:
             await self.ledger.registry.register(self.worker_id)
         # Reap before the first claim so a burst run picks up orphaned tasks too;
         # settle unknown provider requests before any task meets one.
         await self.reap_once()
         await self.reconcile_once()
-        return IDLE_POLL_MIN_S
 
     async def _ledger_step(
         self, step: Callable[[], Awaitable[float | None]], until_idle: bool
     ) -> float | None:
-        """Run one step of the loop; if the ledger is away, ride it out (a draining
-        worker ends instead, with the fault). None: nothing was claimable."""
+        """Run one step of the loop, and what it answers; if the ledger is away, ride
+        it out and answer IDLE_POLL_MIN_S (a draining worker ends instead, with the
+        fault)."""
         try:
             return await step()
         except LedgerUnreachable as exc:
