@@ -18,7 +18,13 @@ current_task_id: ContextVar[str | None] = ContextVar("ingestdesk_task_id", defau
 
 @dataclass(frozen=True)
 class WorkerEvent:
-    """One line of a worker's story, for logs and the dashboard."""
+    """One line of a worker's story, for logs and the dashboard.
+
+    ``kind`` says what happened: ``claimed``, ``progress``, ``missed``, ``idle``,
+    ``handed_back``, ``reaped``, ``reconciled``, ``stopped``; and, once per outage,
+    ``ledger_unavailable`` (the line says why and when the next look is) and
+    ``ledger_back`` (see :mod:`core.ingest.outage`).
+    """
 
     worker_id: str
     task_id: str | None

@@ -245,6 +245,7 @@ def test_three_looping_workers_ride_out_a_postgres_restart_mid_batch(
     for lines in told:
         events = [line.get("event") for line in lines]
         assert "Traceback" not in json.dumps(lines)
+        assert "never retrieved" not in json.dumps(lines)
         # Each worker that met the outage said so once and said once it was back.
         if "ledger_unavailable" in events:
             assert events.count("ledger_unavailable") == events.count("ledger_back") == 1, events
