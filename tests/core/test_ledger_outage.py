@@ -15,6 +15,7 @@ import gc
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from core.ingest.outage import LEDGER_BACK, LEDGER_UNAVAILABLE
 from core.ingest.parse_pool import ParserPool
 from core.ingest.worker import Worker, WorkerEvent
 from tests.core.test_worker import add
+from tests.pg_server import PgServer, require_pg_binaries
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 120.0  # seconds: a generous deadline for any condition on a loaded machine
@@ -295,3 +297,62 @@ async def test_a_full_ledger_disk_is_said_as_such(small_disk: Path) -> None:
             await ledger.operator.add_many([(TEXT * 200, "big.md")], submit=True)
         assert "full" in refused.value.message
         assert_one_clean_line(refused.value.message)
+
+
+@pytest.fixture
+def postgres_small_disk() -> Iterator[Path]:
+    """An 8 MB tmpfs the ``postgres`` user owns and can reach (pytest's own folders
+    are root's alone), for a tablespace; unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    import pwd
+
+    disk = Path(tempfile.mkdtemp(prefix="ingestdesk-pg-full."))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(disk)],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        disk.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        entry = pwd.getpwnam("postgres")
+        os.chown(disk, entry.pw_uid, entry.pw_gid)
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+        disk.rmdir()
+
+
+@pytest.mark.postgres
+async def test_a_full_disk_on_postgres_is_disk_full_and_retried(
+    postgres_small_disk: Path, tmp_path: Path
+) -> None:
+    """PostgreSQL's "could not extend file" (SQLSTATE 53100) arrived as a plain
+    DBAPIError: internal_error. The chunks table lives on a full tablespace (a small
+    tmpfs) of a throwaway server; the task's own row does not."""
+    server = PgServer(require_pg_binaries())
+    try:
+        server.start()
+        settings = Settings(db_url=server.url, store_root=tmp_path / "objects")
+        async with await Ledger.open(settings) as ledger, ParserPool(workers=1) as pool:
+            big = b"# big\n\n" + b"".join(b"word%d " % i for i in range(60_000))
+            task_id = await add(ledger, big, "big.md")
+            await _chunks_on_tablespace(server, postgres_small_disk)
+            fill(postgres_small_disk, 0)
+            assert await Worker(ledger, "full", pool=pool, register=False).run_one()
+            view = await ledger.reads.get_task(task_id)
+            assert (view.status, view.error_code) == (TaskStatus.RETRY_WAIT, ErrorCode.DISK_FULL)
+    finally:
+        server.destroy()
+
+
+async def _chunks_on_tablespace(server: PgServer, disk: Path) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(server.dsn)
+    try:
+        await conn.execute(f"CREATE TABLESPACE small LOCATION '{disk}'")
+        await conn.execute("ALTER TABLE chunks SET TABLESPACE small")
+    finally:
+        await conn.close()
