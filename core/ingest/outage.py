@@ -66,7 +66,10 @@ class LedgerOutage:
         delay = self.next_delay_s()
         if self.since is None:
             self.since = time.monotonic()
-            self._say(LEDGER_UNAVAILABLE, f"{fault.message}; retrying in {delay:.1f}s")
+            said = fault.message
+            if "unreachable" not in said:  # a lock held past busy_timeout, a full disk
+                said = f"{said}: ledger unreachable for now"
+            self._say(LEDGER_UNAVAILABLE, f"{said}; retrying in {delay:.1f}s")
         else:
             logger.debug("ledger still unreachable; next look in %.1fs", delay)
         self.failures += 1

@@ -176,7 +176,8 @@ async def test_a_looping_worker_rides_out_a_lock_held_past_the_busy_timeout(
         )
         assert not run.done(), run
         [said] = [e for e in events if e.kind == LEDGER_UNAVAILABLE]
-        assert "database is locked" in said.line and "retrying in" in said.line
+        assert "database is locked" in said.line and "unreachable" in said.line
+        assert "retrying in" in said.line
         assert_one_clean_line(said.line)
         release(holder)
         await async_wait_for(lambda: any(e.kind == LEDGER_BACK for e in events), "ledger_back")
