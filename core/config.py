@@ -57,6 +57,22 @@ def upload_cap_bytes(megabytes: str | float, source: str) -> int:
     return max(1, int(value * BYTES_PER_MB))
 
 
+MAX_BUSY_TIMEOUT_MS = 3_600_000  # an hour: longer is a typo, not a setting
+
+
+def busy_timeout_ms(value: str) -> int:
+    """How long SQLite waits for another process's write lock (INGESTDESK_BUSY_TIMEOUT_MS):
+    a whole number of milliseconds, 0 to an hour. Past it, the ledger counts as
+    unreachable for now (a looping worker waits and retries)."""
+    try:
+        ms = int(value)
+    except ValueError as exc:
+        raise BadInput("INGESTDESK_BUSY_TIMEOUT_MS must be a whole number of milliseconds") from exc
+    if not 0 <= ms <= MAX_BUSY_TIMEOUT_MS:
+        raise BadInput(f"INGESTDESK_BUSY_TIMEOUT_MS must be from 0 to {MAX_BUSY_TIMEOUT_MS}")
+    return ms
+
+
 def sqlite_url(path: Path) -> str:
     """The SQLAlchemy URL of a SQLite ledger file."""
     return f"sqlite:///{path.resolve()}"
@@ -90,4 +106,6 @@ def settings_from(
         )
     if "INGESTDESK_SYNCHRONOUS" in env and "sqlite_synchronous" not in overrides:
         overrides["sqlite_synchronous"] = env["INGESTDESK_SYNCHRONOUS"].upper()
+    if env.get("INGESTDESK_BUSY_TIMEOUT_MS") and "sqlite_busy_timeout_ms" not in overrides:
+        overrides["sqlite_busy_timeout_ms"] = busy_timeout_ms(env["INGESTDESK_BUSY_TIMEOUT_MS"])
     return Settings(db_url=db_url, store_root=store_root).with_(**overrides)

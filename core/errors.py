@@ -3,6 +3,8 @@ and each maps to one CLI exit code so scripts can tell them apart."""
 
 from __future__ import annotations
 
+import errno
+
 
 class IngestDeskError(Exception):
     """ingestdesk could not do that."""
@@ -45,6 +47,21 @@ class LedgerUnavailable(IngestDeskError):
     exit_code = 1
 
 
+# sysexits.h's EX_TEMPFAIL: "a temporary failure; the user is invited to retry".
+EXIT_TEMPFAIL = 75
+
+
+class LedgerUnreachable(LedgerUnavailable):
+    """The ledger cannot be reached for now (the database is down, restarting, or
+    locked past the busy timeout); try again."""
+
+    exit_code = EXIT_TEMPFAIL
+
+
+class LedgerFull(LedgerUnreachable):
+    """The ledger's disk is full; free space and try again."""
+
+
 class SchemaTooNew(LedgerUnavailable):
     """This ledger was written by a newer ingestdesk; upgrade ingestdesk to open it."""
 
@@ -76,6 +93,22 @@ class ClaimBug(IngestDeskError):
 
 
 ERROR_DETAIL_MAX = 500  # characters
+# What the OS says when a write finds no room: no space left, or a quota used up.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a write that found the disk full."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, LedgerFull):
+            return True
+        if isinstance(seen, OSError) and seen.errno in DISK_FULL_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+        if seen is exc:
+            break
+    return False
 
 
 def error_detail_of(exc: BaseException) -> str:

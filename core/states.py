@@ -73,6 +73,7 @@ class ErrorCode(StrEnum):
     LEASE_EXPIRED = "lease_expired"
     INTERNAL_ERROR = "internal_error"
     PARSER_KILLED = "parser_killed"
+    DISK_FULL = "disk_full"
 
 
 class RequestState(StrEnum):
@@ -263,6 +264,15 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
             "killer) while it read the file; the file is not known to be at fault",
             "retried automatically; if it keeps failing, find what kills the worker's "
             "processes (memory pressure, a watchdog, a person)",
+            transient=True,
+        ),
+        # A full disk is the machine's state, not the document's nor a bug: the same
+        # document succeeds once there is room.
+        ErrorInfo(
+            ErrorCode.DISK_FULL,
+            "the disk of the ledger or the object store was full while the task wrote",
+            "retried automatically with backoff; free space on that disk (the worker's log "
+            "names which)",
             transient=True,
         ),
     )

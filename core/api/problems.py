@@ -27,11 +27,13 @@ from core.errors import (
     IngestDeskError,
     KeyReused,
     LedgerUnavailable,
+    LedgerUnreachable,
     NotFound,
     StoreUnavailable,
 )
 
 PROBLEM_JSON = "application/problem+json"
+RETRY_AFTER_S = 2  # seconds a client is asked to wait while the ledger is unreachable
 log = logging.getLogger("ingestdesk.api")
 
 # Most specific first: SchemaTooNew is a LedgerUnavailable, and so on.
@@ -155,7 +157,10 @@ def install(app: FastAPI) -> None:
         detail = public_detail(exc)
         if detail != exc.message:
             log.warning("%s %s: %s", request.method, request.url.path, exc.message)
-        return problem(status_of(exc), type(exc).__name__, detail)
+        # A ledger away for now (restarting, locked): a client may come back soon.
+        away = isinstance(exc, LedgerUnreachable)
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if away else None
+        return problem(status_of(exc), type(exc).__name__, detail, headers)
 
     @app.exception_handler(ApiProblem)
     async def _api(_request: Request, exc: ApiProblem) -> JSONResponse:

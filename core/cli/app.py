@@ -27,7 +27,7 @@ from core.cli.output import (
     usage_error,
     write_line,
 )
-from core.errors import IngestDeskError
+from core.errors import IngestDeskError, is_disk_full
 
 DESCRIPTION = "Document ingestion control room: the ledger's commands and its workers."
 DISTRIBUTION = "ingestdesk"  # the package whose metadata holds the version
@@ -149,6 +149,10 @@ class CommandLine:
         except Exception as exc:
             if os.environ.get(DEBUG_ENV):
                 raise
+            if isinstance(exc, OSError):
+                # The machine's refusal (a full disk, a permission, a dropped
+                # connection) that reached here unclassified: its words, not "a bug".
+                return out.error(IngestDeskError(_os_fault(exc)))
             # The contract is one line (one JSON value), never a traceback: name the
             # fault's type only (its message can carry SQL, a path or user data).
             return out.error(
@@ -157,6 +161,13 @@ class CommandLine:
                     f"rerun with {DEBUG_ENV}=1 for the traceback and report it"
                 )
             )
+
+
+def _os_fault(exc: OSError) -> str:
+    """One line for an operating-system error: what the OS said, never its path."""
+    if is_disk_full(exc):
+        return "the disk is full; free space and try again"
+    return f"the system refused: {exc.strerror or type(exc).__name__}"
 
 
 def version() -> str:

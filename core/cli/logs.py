@@ -47,7 +47,7 @@ DEBUG_ENV = "INGESTDESK_DEBUG"
 # Event kinds that say a task was taken away or failed, and the first word of the
 # pipeline's lines that say how an attempt ended badly ("failed task=…",
 # "retry_wait task=… error_code=…", "lost task=…").
-WARNING_KINDS = frozenset({"reaped", "lost", "failed", "retry_wait"})
+WARNING_KINDS = frozenset({"reaped", "lost", "failed", "retry_wait", "ledger_unavailable"})
 # The first words of the pipeline's lines that say how an attempt ended: such a line
 # is that event (``"event": "failed"``), not "progress", in the JSON log.
 OUTCOME_WORDS = frozenset({"succeeded", "failed", "retry_wait", "lost", "deferred"})

@@ -7,7 +7,6 @@ its next batch."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -15,7 +14,13 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from core.errors import NotFound, ObjectReadError, error_detail_of
+from core.errors import (
+    LedgerUnreachable,
+    NotFound,
+    ObjectReadError,
+    error_detail_of,
+    is_disk_full,
+)
 from core.ingest.embedder import Embedder, ProviderUnavailable
 from core.ingest.embedding import (
     Deferred,
@@ -176,7 +181,14 @@ class Pipeline:
             return Outcome(claim.task_id, PARSER_UNAVAILABLE, detail=detail)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # an unclassified fault in ingestdesk itself
+        except Exception as exc:
+            if is_disk_full(exc):
+                # The machine's fault, not the document's: retried with backoff. If
+                # even the failure cannot be written, the worker rides it out.
+                return await fail(ErrorCode.DISK_FULL, _disk_full_detail(exc))
+            if isinstance(exc, LedgerUnreachable):
+                raise  # nothing can be recorded now: the worker gives the claim back
+            # An unclassified fault in ingestdesk itself.
             # The task records the type name only (a message can carry a path or user
             # data); the whole story goes to this worker's own log, so nothing is lost.
             logger.error("internal error in task=%s", claim.task_id[:8], exc_info=True)
@@ -222,8 +234,16 @@ class Pipeline:
             return await self._run_stages(claim, progress, say)
         finally:
             reporter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await reporter
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # its failure is one line, never the attempt's end
+                logger.warning(
+                    "task=%s progress reporter stopped: %s",
+                    claim.task_id[:8],
+                    error_detail_of(exc),
+                )
 
     async def _run_stages(self, claim: Claim, progress: Progress, say: Say) -> Outcome:
         ledger, opts = self.ledger, self.options
@@ -492,9 +512,12 @@ class Progress:
             latest = self.latest
             if latest is None or latest == self._written:
                 return True
-            options, self.options = self.options, None
-            held = await self.ledger.queue.report_progress(self.claim, *latest, options=options)
-            self._written = latest
+            # The options are dropped only once written: a write the ledger never
+            # received (an outage) must send them again.
+            held = await self.ledger.queue.report_progress(
+                self.claim, *latest, options=self.options
+            )
+            self._written, self.options = latest, None
             return held
 
     async def report(self) -> None:
@@ -509,15 +532,27 @@ class Progress:
         last_write = time.monotonic()
         while not self.lost:
             await asyncio.sleep(interval)
-            if self.latest is not None and self.latest != self._written:
-                held = await self._write()
-            elif time.monotonic() - last_write >= heartbeat_after:
-                held = await self.ledger.queue.heartbeat(self.claim)
-            else:
+            try:
+                if self.latest is not None and self.latest != self._written:
+                    held = await self._write()
+                elif time.monotonic() - last_write >= heartbeat_after:
+                    held = await self.ledger.queue.heartbeat(self.claim)
+                else:
+                    continue
+            except LedgerUnreachable:
+                # The ledger is away (the worker says so, once): try again next tick,
+                # so the lease is renewed as soon as it is back. If it stays away past
+                # the lease, the reaper takes the task and the fence stops this attempt.
                 continue
             last_write = time.monotonic()
             if not held:
                 self._lose()
+
+
+def _disk_full_detail(exc: BaseException) -> str:
+    """Which disk was full, in our own words (no path: see error_detail_of)."""
+    where = "the ledger's disk" if isinstance(exc, LedgerUnreachable) else "a disk"
+    return f"{where} was full ({error_detail_of(exc)})"
 
 
 def _never_fails(say: Say) -> Say:

@@ -10,24 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-import os
-import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator
 
-from core.errors import error_detail_of
+from core.errors import LedgerUnreachable, error_detail_of
 from core.ingest.embedder import Embedder, HashingEmbedder
+from core.ingest.outage import LedgerOutage, log_failure
 from core.ingest.parse_pool import ParserPool
 from core.ingest.pipeline import PARSER_UNAVAILABLE, Outcome, Pipeline, PipelineOptions
 from core.ingest.providers import RemoteProvider
 from core.ingest.reconcile import reconcile_with
+from core.ingest.worker_story import WorkerEvent as WorkerEvent
+from core.ingest.worker_story import WorkerStats as WorkerStats
+from core.ingest.worker_story import current_task_id as current_task_id
+from core.ingest.worker_story import current_worker_id as current_worker_id
+from core.ingest.worker_story import default_worker_id as default_worker_id
 from core.ledger import Claim, Ledger
 from core.safe_text import check_identifier
 from core.store import ObjectStore
+
+# WorkerEvent, WorkerStats and the context variables live in worker_story and are
+# re-exported here (``import X as X``), where callers have always found them.
 
 logger = logging.getLogger(__name__)
 
@@ -55,36 +61,9 @@ TASK_TIME_SMOOTHING = 0.2  # weight of the newest task in the average task time
 # worker holds no more big documents than it can start on.
 QUICK_TASK_S = 0.02  # seconds
 
-# The worker, and the task, that the code running now works for: set for the worker's
-# loop and for each task's coroutine (contextvars follow asyncio tasks), so a record
-# logged deep in the pipeline or the parser pool, by code that knows no task, still
-# names its task in the worker's log (core.cli.logs reads them).
-current_worker_id: ContextVar[str | None] = ContextVar("ingestdesk_worker_id", default=None)
-current_task_id: ContextVar[str | None] = ContextVar("ingestdesk_task_id", default=None)
-
-
-@dataclass(frozen=True)
-class WorkerEvent:
-    """One line of a worker's story, for logs and the dashboard."""
-
-    worker_id: str
-    task_id: str | None
-    kind: str
-    line: str
-
-
-@dataclass
-class WorkerStats:
-    claimed: list[str] = field(default_factory=list)
-    outcomes: dict[str, str] = field(default_factory=dict)
-    missed: list[str] = field(default_factory=list)
-    # Tasks given back to the queue unfinished on stop or pause (running, or claimed
-    # ahead), each once, in the order they went back.
-    handed_back: list[str] = field(default_factory=list)
-
-
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+# The outcome of an attempt cut short because the ledger went away mid-task: the claim
+# is handed back once the ledger answers again (or the reaper takes it back).
+LEDGER_UNAVAILABLE = "ledger_unavailable"
 
 
 class Worker:
@@ -142,6 +121,10 @@ class Worker:
         self._state = "idle"
         # Why the worker stopped by itself (it cannot parse), or None.
         self.fault: str | None = None
+        self._outage = LedgerOutage(lambda kind, line: self._say(kind, line))
+        # Claims whose attempt the ledger's going away cut short, to hand back.
+        self._stranded: dict[str, Claim] = {}
+        self._stranded_fault: LedgerUnreachable | None = None
 
     # --------------------------------------------------------------- state
 
@@ -241,6 +224,12 @@ class Worker:
         finally:
             stop.cancel()
             self._running.pop(claim.task_id, None)
+        # A one-off run does not wait for the ledger: it gives the task back if it
+        # can and ends with the outage (the command exits with its code).
+        fault = self._stranded_fault
+        await self._hand_back_stranded(suppress=True)
+        if fault is not None:
+            raise fault
 
     async def _execute(self, claim: Claim) -> Outcome:
         # This coroutine is its own asyncio task, with its own copy of the context:
@@ -261,6 +250,25 @@ class Worker:
             outcome = await self.pipeline.run(
                 claim, lambda line: self._say("progress", line, claim.task_id)
             )
+        except LedgerUnreachable as exc:
+            # Nothing more can be written for it now: keep the claim to give back
+            # when the ledger answers (fenced: a reaped task is not given back).
+            self._stranded[claim.task_id] = claim
+            self._stranded_fault = exc
+            self.stats.outcomes[claim.task_id] = LEDGER_UNAVAILABLE
+            return Outcome(claim.task_id, LEDGER_UNAVAILABLE, detail=exc.message)
+        except Exception as exc:
+            # Not a document's fault (the pipeline records those): a fault of the
+            # ledger that is not an outage, or a bug. One line; its lease runs out
+            # and the reaper gives the task back.
+            logger.error(
+                "task=%s abandoned by %s; the reaper takes it back when its lease ends",
+                claim.task_id[:8],
+                error_detail_of(exc),
+            )
+            logger.debug("task=%s abandoned", claim.task_id[:8], exc_info=exc)
+            self.stats.outcomes[claim.task_id] = "abandoned"
+            return Outcome(claim.task_id, "abandoned", detail=error_detail_of(exc))
         finally:
             self._claims.pop(claim.task_id, None)
         took = time.perf_counter() - started
@@ -292,73 +300,145 @@ class Worker:
             return await self._run(until_idle, stop_grace_s)
 
     async def _run(self, until_idle: bool, stop_grace_s: float) -> WorkerStats:
-        if self.register:
-            await self.ledger.registry.register(self.worker_id)
-        # Reap before the first claim so a burst run picks up orphaned tasks too;
-        # settle unknown provider requests before any task meets one.
-        await self.reap_once()
-        await self.reconcile_once()
-        side = [
-            asyncio.create_task(self._reaper(), name="reaper"),
-            asyncio.create_task(self._registry_heartbeat(), name="registry-heartbeat"),
-            asyncio.create_task(self._reconciler(), name="reconciler"),
-        ]
-        idle_s = IDLE_POLL_MIN_S
+        side: list[asyncio.Task[None]] = []
         try:
+            # Start-up (register, reap, reconcile) is done once the ledger answers.
+            while not self._stop.is_set() and await self._ledger_step(self._start, until_idle):
+                pass
+            side = [
+                asyncio.create_task(self._reaper(), name="reaper"),
+                asyncio.create_task(self._registry_heartbeat(), name="registry-heartbeat"),
+                asyncio.create_task(self._reconciler(), name="reconciler"),
+            ]
+            for t in side:
+                t.add_done_callback(log_failure)
+            idle_s: float | None = IDLE_POLL_MIN_S
             while not self._stop.is_set():
-                if not self._resume.is_set():
-                    await self._hand_back_queued("handed back on pause")
-                    await self._resume.wait()
-                if self._stop.is_set():
+                step = functools.partial(self._step, until_idle, idle_s or IDLE_POLL_MIN_S)
+                idle_s = await self._ledger_step(step, until_idle)
+                if idle_s is None:  # drained (a draining worker only)
                     break
-                free = self._slots() - len(self._running)
-                if free > 0 and not self._queued:
-                    self._state = "claiming"
-                    self._queued.extend(
-                        await self.ledger.queue.claim_next(
-                            self.worker_id,
-                            limit=free + self._claims_ahead(),
-                            lease_s=self.lease_s,
-                            with_document=True,
-                        )
-                    )
-                    self._state = "idle"
-                started = handed_back = 0
-                while started < free and self._queued:
-                    claim = self._queued.popleft()
-                    if claim.lease_expires_at - self.ledger.clock() < claim.lease_s / 2:
-                        # Held ahead for too long (a slow document came first): give
-                        # it back, claimable at once, rather than start on half a lease.
-                        await self._hand_back(claim, "handed back unstarted")
-                        handed_back += 1
-                        continue
-                    task = asyncio.create_task(
-                        self._execute(claim), name=f"task-{claim.task_id[:8]}"
-                    )
-                    self._running[claim.task_id] = task
-                    task.add_done_callback(self._forget)
-                    started += 1
-                if started or handed_back or self._queued:
-                    idle_s = IDLE_POLL_MIN_S
-                    if started or handed_back:
-                        continue
-                if until_idle and not self._running and not self._queued:
-                    break
-                await self._wait_for_change(idle_s)
-                idle_s = min(idle_s * 2, IDLE_POLL_MAX_S)
         finally:
             for t in side:
                 t.cancel()
             await self._wind_down(stop_grace_s)
             await self._hand_back_queued("handed back on shutdown")
+            await self._hand_back_stranded(suppress=True)
             for t in side:
-                with contextlib.suppress(asyncio.CancelledError):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
             if self.register:
                 with contextlib.suppress(Exception):
                     await self.ledger.registry.heartbeat(self.worker_id, stopped=True)
             await self.close()
         return self.stats
+
+    async def _start(self) -> None:
+        if self.register:
+            await self.ledger.registry.register(self.worker_id)
+        # Reap before the first claim so a burst run picks up orphaned tasks too;
+        # settle unknown provider requests before any task meets one.
+        await self.reap_once()
+        await self.reconcile_once()
+
+    async def _ledger_step(
+        self, step: Callable[[], Awaitable[float | None]], until_idle: bool
+    ) -> float | None:
+        """Run one step of the loop, and what it answers; if the ledger is away, ride
+        it out and answer IDLE_POLL_MIN_S (a draining worker ends instead, with the
+        fault)."""
+        try:
+            return await step()
+        except LedgerUnreachable as exc:
+            if until_idle:
+                raise
+            await self._ride_out(exc)
+            return IDLE_POLL_MIN_S
+
+    async def _ride_out(self, fault: LedgerUnreachable) -> None:
+        """Wait for the ledger with capped exponential backoff and jitter, looking
+        with one cheap read, until it answers or the worker is stopped. Running tasks
+        carry on meanwhile (their writes fail and strand them, or succeed)."""
+        self._state = LEDGER_UNAVAILABLE
+        try:
+            while not self._stop.is_set():
+                await self._outage.wait(fault, self._stop)
+                if self._stop.is_set():
+                    return
+                try:
+                    await self.ledger.reads.revision()
+                except LedgerUnreachable as again:
+                    fault = again
+                    continue
+                self._outage.back()
+                return
+        finally:
+            self._state = "idle"
+
+    async def _step(self, until_idle: bool, idle_s: float) -> float | None:
+        """One round of the loop: hand back what an outage stranded, claim for the
+        free slots, start what was claimed, or wait. The next idle poll interval, or
+        None when nothing is claimable, running or held (a draining worker ends)."""
+        if self._stranded:
+            await self._hand_back_stranded(suppress=False)
+        if not self._resume.is_set():
+            await self._hand_back_queued("handed back on pause")
+            await self._resume.wait()
+        if self._stop.is_set():
+            return idle_s
+        free = self._slots() - len(self._running)
+        if free > 0 and not self._queued:
+            self._state = "claiming"
+            try:
+                self._queued.extend(
+                    await self.ledger.queue.claim_next(
+                        self.worker_id,
+                        limit=free + self._claims_ahead(),
+                        lease_s=self.lease_s,
+                        with_document=True,
+                    )
+                )
+            finally:
+                self._state = "idle"
+        started = handed_back = 0
+        while started < free and self._queued:
+            claim = self._queued.popleft()
+            if claim.lease_expires_at - self.ledger.clock() < claim.lease_s / 2:
+                # Held ahead for too long (a slow document came first): give it back,
+                # claimable at once, rather than start on half a lease.
+                await self._hand_back(claim, "handed back unstarted")
+                handed_back += 1
+                continue
+            task = asyncio.create_task(self._execute(claim), name=f"task-{claim.task_id[:8]}")
+            self._running[claim.task_id] = task
+            task.add_done_callback(self._forget)
+            started += 1
+        if started or handed_back:
+            return IDLE_POLL_MIN_S
+        if self._queued:
+            idle_s = IDLE_POLL_MIN_S  # slots full, claims held: wait for a slot
+        if until_idle and not self._running and not self._queued and not self._stranded:
+            return None
+        await self._wait_for_change(idle_s)
+        return min(idle_s * 2, IDLE_POLL_MAX_S)
+
+    async def _hand_back_stranded(self, *, suppress: bool) -> None:
+        """Give back the claims an outage cut short (fenced: one the reaper took back
+        meanwhile, or another worker now runs, is not touched)."""
+        reason = "handed back after a ledger outage"
+        for task_id, claim in list(self._stranded.items()):
+            if suppress:
+                given = await self._hand_back(claim, reason)
+            else:
+                given = await self.ledger.queue.hand_back(claim, reason=reason)
+            del self._stranded[task_id]
+            if given:
+                self._say(
+                    "handed_back",
+                    f"handed back task={task_id[:8]} worker={self.worker_id} ({reason})",
+                    task_id,
+                )
+        self._stranded_fault = None
 
     def _slots(self) -> int:
         """Tasks to run at once: the concurrency, doubled for quick tasks."""
@@ -413,7 +493,7 @@ class Worker:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            if claim is not None and await self.ledger.queue.hand_back(claim):
+            if claim is not None and await self._hand_back(claim, "handed back on shutdown"):
                 self._handed_back(task_id)
                 self._say(
                     "handed_back",
@@ -453,18 +533,34 @@ class Worker:
     async def _reconciler(self) -> None:
         if not isinstance(self.pipeline.embedder, RemoteProvider):
             return
-        while True:
-            await asyncio.sleep(RECONCILE_EVERY_S)
-            await self.reconcile_once()
+        await self._every(RECONCILE_EVERY_S, self.reconcile_once)
 
     async def _reaper(self) -> None:
-        while True:
-            await asyncio.sleep(REAP_EVERY_S)
-            await self.reap_once()
+        await self._every(REAP_EVERY_S, self.reap_once)
 
     async def _registry_heartbeat(self) -> None:
         if not self.register:
             return
+        await self._every(
+            REGISTRY_HEARTBEAT_S, lambda: self.ledger.registry.heartbeat(self.worker_id)
+        )
+
+    async def _every(self, interval_s: float, chore: Callable[[], Awaitable[object]]) -> None:
+        """Run a side chore every ``interval_s`` for the worker's life. A round that
+        fails is one log line and the next round tries again: an outage is the main
+        loop's to report (once), and a side task that died would leave its chore
+        undone for good (no more reaping after a restart)."""
         while True:
-            await asyncio.sleep(REGISTRY_HEARTBEAT_S)
-            await self.ledger.registry.heartbeat(self.worker_id)
+            await asyncio.sleep(interval_s)
+            try:
+                await chore()
+            except LedgerUnreachable:
+                continue
+            except Exception as exc:
+                current = asyncio.current_task()
+                logger.warning(
+                    "worker=%s %s round failed: %s",
+                    self.worker_id,
+                    current.get_name() if current is not None else "side chore",
+                    error_detail_of(exc),
+                )

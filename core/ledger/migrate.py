@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from core.errors import SchemaTooNew
+from core.errors import LedgerUnreachable, SchemaTooNew
+from core.ledger.faults import outside_fault
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # The newest migration. Checked against Alembic by a test; lets an up-to-date ledger
@@ -67,6 +68,11 @@ def _has_version_table(connection: Connection) -> bool:
 def _current_revision(connection: Connection) -> str | None:
     try:
         row = connection.exec_driver_sql("SELECT version_num FROM alembic_version").first()
-    except DBAPIError:
+    except DBAPIError as exc:
+        # An unreadable version table means no revision; a database that went away
+        # means nothing of the sort (a probe would have said "schema None"): the
+        # transaction's runner says it is unreachable.
+        if isinstance(outside_fault(exc, connection.engine.url), LedgerUnreachable):
+            raise
         return None
     return None if row is None else str(row[0])

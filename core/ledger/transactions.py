@@ -21,6 +21,7 @@ checkpoints, so none is ever held across a sleep.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,11 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidRequestError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidRequestError
 
 from core.config import Settings
 from core.errors import BadInput, LedgerUnavailable, SchemaTooNew
 from core.filters import SQLITE_FOLD_FUNCTION, fold
+from core.ledger.faults import outside_fault
+from core.ledger.faults import shown_url as shown_url  # its home before faults.py
 from core.ledger.migrate import migrate
 
 if TYPE_CHECKING:
@@ -111,18 +114,6 @@ def _file_in_the_way(folder: Path) -> Path | None:
     return None
 
 
-def shown_url(url: URL | str) -> str:
-    """A ledger URL as messages and the dashboard show it: never with its password."""
-    if isinstance(url, str):
-        try:
-            url = make_url(url)
-        except ArgumentError:
-            return "(malformed URL)"
-    if url.get_backend_name() == "sqlite":
-        return str(url.database)
-    return url.render_as_string(hide_password=True)
-
-
 def _ledger_url(db_url: str) -> URL:
     try:
         url = make_url(db_url)
@@ -152,13 +143,6 @@ def _ledger_url(db_url: str) -> URL:
     raise BadInput(f"unsupported ledger backend {backend!r}: use sqlite or postgresql")
 
 
-def _unavailable(url: URL, exc: BaseException, doing: str = "ledger") -> LedgerUnavailable:
-    """The database refused: one line saying which ledger and why, never the SQL
-    statement or its parameters (SQLAlchemy's own message carries both)."""
-    reason = getattr(exc, "orig", None) or exc
-    return LedgerUnavailable(f"{doing} {shown_url(url)}: {type(reason).__name__}: {reason}")
-
-
 async def _migrate(transactions: Transactions, url: URL) -> None:
     """Bring the schema up to date in one write transaction, or say why the ledger
     cannot be opened (a newer schema is refused as such)."""
@@ -167,9 +151,18 @@ async def _migrate(transactions: Transactions, url: URL) -> None:
     except SchemaTooNew:
         raise
     except LedgerUnavailable as exc:
-        raise _unavailable(url, exc.__cause__ or exc, "cannot open ledger") from exc
+        # Said again as a refusal to open, with the same class (unreachable: retry).
+        cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else None
+        fault = outside_fault(cause, url, "cannot open ledger") if cause else None
+        raise (fault or exc) from exc
     except (DBAPIError, OSError) as exc:
-        raise _unavailable(url, exc, "cannot open ledger") from exc
+        # Whatever else stops the schema from being read (not a database at all, a
+        # foreign schema) means this ledger cannot be opened.
+        what = exc.orig if isinstance(exc, DBAPIError) else exc
+        fault = outside_fault(exc, url, "cannot open ledger")
+        raise fault or LedgerUnavailable(
+            f"cannot open ledger {shown_url(url)}: {type(what).__name__}"
+        ) from exc
 
 
 class SqliteTransactions:
@@ -213,8 +206,11 @@ class SqliteTransactions:
         try:
             with (self._writer if write else self.engine).begin() as conn:
                 return tx(conn)
-        except OperationalError as exc:
-            raise _unavailable(self.url, exc) from exc
+        except (DBAPIError, sqlite3.Error) as exc:
+            fault = outside_fault(exc, self.url)
+            if fault is None:
+                raise  # not an outside fault: a bug stays a bug
+            raise fault from exc
 
     async def read(self, tx: Callable[[Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -289,8 +285,11 @@ class PostgresTransactions:
         try:
             async with self.engine.begin() as conn:
                 return await conn.run_sync(tx)
-        except (OperationalError, OSError) as exc:
-            raise _unavailable(self.url, exc) from exc
+        except Exception as exc:
+            fault = outside_fault(exc, self.url)
+            if fault is None or fault is exc:
+                raise  # not an outside fault (a bug stays a bug), or already one
+            raise fault from exc
 
     async def write(self, tx: Callable[[Connection], T]) -> T:
         try:
@@ -299,8 +298,11 @@ class PostgresTransactions:
                     text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_WRITE_LOCK_KEY}
                 )
                 return await conn.run_sync(tx)
-        except (OperationalError, OSError) as exc:
-            raise _unavailable(self.url, exc) from exc
+        except Exception as exc:
+            fault = outside_fault(exc, self.url)
+            if fault is None or fault is exc:
+                raise  # not an outside fault (a bug stays a bug), or already one
+            raise fault from exc
 
     async def prepare(self) -> None:
         await _migrate(self, self.url)
