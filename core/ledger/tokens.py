@@ -28,6 +28,9 @@ from core.states import Role
 
 TOKEN_PREFIX = "idk_"
 SECRET_BYTES = 32  # bytes of randomness in a token's secret
+# Characters of a presented token at most: ours are 80 (idk_, a 32-character id, a dot,
+# 43 characters of secret). Anything longer is refused before it is looked up or kept.
+TOKEN_MAX_CHARS = 128
 LOCAL_ACTOR = "local"  # the API's actor for a token-less local client (no token exists)
 # Actors ingestdesk records by itself: the API's token-less local client, the ledger's
 # default, the lease reaper, the demo (core.demo.DEMO_ACTOR; not imported, as core.demo
@@ -139,7 +142,7 @@ class TokenRegistry:
 
     async def authenticate(self, token: str) -> TokenView | None:
         """The active token ``token`` is, or None (unknown, malformed or revoked)."""
-        if not token.startswith(TOKEN_PREFIX) or "." not in token:
+        if len(token) > TOKEN_MAX_CHARS or not token.startswith(TOKEN_PREFIX) or "." not in token:
             return None
         token_id, _, secret = token[len(TOKEN_PREFIX) :].partition(".")
         if not token_id.isalnum() or len(token_id) > 32:
