@@ -30,12 +30,15 @@ from core.errors import (
     NotFound,
     StoreUnavailable,
 )
+from core.filters import FilterTooLarge
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("ingestdesk.api")
 
 # Most specific first: SchemaTooNew is a LedgerUnavailable, and so on.
 STATUS_OF: tuple[tuple[type[IngestDeskError], int], ...] = (
+    # Refused for its size before it is looked at, as a body over its cap is (413).
+    (FilterTooLarge, 400),
     (BadInput, 422),
     # The IETF Idempotency-Key draft: a key reused with another payload is 422.
     (KeyReused, 422),
