@@ -1,6 +1,7 @@
-"""The filter language over HTTP (``GET /api/ingestion-tasks?filter=``): what a caller
-may cost with it. A filter is bounded (characters, terms, a term's value) with a 400
-that names the limit, and distinct filters leave nothing behind in the server."""
+"""What a caller may cost with a question: the filter language
+(``GET /api/ingestion-tasks?filter=``) is bounded (characters, terms, a term's value)
+with a 400 that names the limit, and distinct filters leave nothing behind in the
+server; a search query is bounded in characters (422, as its other limits)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import httpx
 
 from core import Settings
 from core.filters import FILTER_TERMS_MAX, FILTER_TEXT_MAX, TERM_VALUE_MAX
+from core.ledger.search import SEARCH_QUERY_MAX
 from tests.api.conftest import Api, cli
 from tests.api.test_auth import busy_server, rss_mb
 from tests.api.test_checklist import is_problem
@@ -105,3 +107,15 @@ def test_the_cli_refuses_the_same_filters_in_the_same_words(settings: Settings) 
     error = json.loads(as_json.stdout)["error"]
     assert error["kind"] == "FilterTooLarge"
     assert f"at most {FILTER_TEXT_MAX} characters" in error["message"]
+
+
+def test_a_search_query_over_its_length_is_refused_naming_the_limit(api: Api) -> None:
+    with api.client("viewer") as client:
+        longest = " ".join(["lease"] * (SEARCH_QUERY_MAX // 6))
+        assert client.get("/api/search", params={"q": longest}).status_code == 200
+        answer = client.get("/api/search", params={"q": "w " * SEARCH_QUERY_MAX})
+        is_problem(answer, 422, "BadInput")
+        assert f"at most {SEARCH_QUERY_MAX} characters" in answer.json()["detail"]
+    refused = cli(api.settings, "search", "x" * (SEARCH_QUERY_MAX + 1))
+    assert refused.returncode == 2, refused
+    assert f"at most {SEARCH_QUERY_MAX} characters" in refused.stderr
