@@ -378,6 +378,8 @@ def test_revoking_every_token_does_not_open_the_server(api: Api) -> None:
         for role in ("viewer", "operator", "publisher"):
             revoked = cli(api.settings, "tokens", "revoke", f"{role}-token")
             assert revoked.returncode == 0, revoked.stderr
+        # The last revoke says what follows for a running server.
+        assert "a running server now refuses every request" in revoked.stdout
         wait_for(
             lambda: viewer.get("/api/ingestion-tasks").status_code == 401,
             "the revoked token is refused",
