@@ -15,6 +15,12 @@ a changed task belongs in its window), so both use one case mapping, :func:`fold
 the SQLite ledger registers it as a SQL function on every connection, and on
 PostgreSQL it matches ``lower()`` under a UTF-8 ctype (SQLite's own ``lower()`` only
 knows ASCII, so ``name:ÄRGER`` once found nothing there and ``ärger.txt`` in memory).
+
+A filter is bounded (FILTER_TEXT_MAX, FILTER_TERMS_MAX, TERM_VALUE_MAX) before it is
+split into terms: every face passes text from whoever types or sends it to one SQL
+statement, and a statement of 990 terms is what SQLite refuses ("Expression tree is
+too large") and what took a server's memory from 202 to 662 MB. What a person types
+in the ``/`` bar is a handful of terms.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ if TYPE_CHECKING:
     from core.ledger.views import TaskView
 
 ATTEMPT_MAX = 1_000_000  # the largest attempt number a filter may name
+FILTER_TEXT_MAX = 1000  # characters of a filter at most
+FILTER_TERMS_MAX = 32  # terms of a filter at most
+# Characters of one term's value at most: a display name's own limit (core.intake.NAME_MAX,
+# not imported: intake imports the store), so no longer value could match anything.
+TERM_VALUE_MAX = 255
 # The name of :func:`fold` as a SQL function on SQLite ledgers (core.ledger.transactions).
 SQLITE_FOLD_FUNCTION = "ingestdesk_fold"
 
@@ -135,12 +146,27 @@ class TaskFilter:
 EVERY_TASK = TaskFilter(text="every task", everything=True)
 
 
+class FilterTooLarge(BadInput):
+    """A filter over its limits (characters, terms, a term's length); the message
+    names the limit. Over HTTP a 400: the request is refused for its size, as a body
+    over its cap is, before any of it is looked at."""
+
+
 def parse_filter(text: str) -> TaskFilter:
-    """Parse filter text, refusing unknown fields and values with a clear message."""
+    """Parse filter text, refusing unknown fields and values with a clear message,
+    and a filter over its limits (:class:`FilterTooLarge`) before it is split."""
+    if len(text) > FILTER_TEXT_MAX:
+        raise FilterTooLarge(
+            f"filter: at most {FILTER_TEXT_MAX} characters (this one has {len(text)})"
+        )
     try:
         words = shlex.split(text)
     except ValueError as exc:
         raise BadInput(f"filter: {exc}") from exc
+    if len(words) > FILTER_TERMS_MAX:
+        raise FilterTooLarge(
+            f"filter: at most {FILTER_TERMS_MAX} terms (this one has {len(words)})"
+        )
     terms = [_term(word) for word in words]
     return TaskFilter(tuple(terms), text.strip())
 
@@ -155,6 +181,12 @@ def _term(word: str) -> Term:
     if not word:
         raise BadInput("filter: '!' needs a term after it")
     field, sep, value = word.partition(":")
+    if not sep:
+        value = word
+    if len(value) > TERM_VALUE_MAX:
+        raise FilterTooLarge(
+            f"filter: a term's value is at most {TERM_VALUE_MAX} characters (one has {len(value)})"
+        )
     if not sep:
         return Term(None, word, negate)
     field = ALIASES.get(field.lower(), field.lower())

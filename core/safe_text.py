@@ -15,11 +15,27 @@ one test used here.
 * free text (names, reasons) is **neutralised** where it enters (:func:`neutralise`);
 * anything shown is **escaped** (:func:`visible`), so a row written by an older
   ingestdesk, or straight into the database, still cannot reach the terminal raw.
+
+**Names that look alike** (token names, actors, worker ids) are one name to a reader
+of the history: ``alice``, ``alice ``, ``Alice``, ``l\u043ecal`` (a Cyrillic o) and
+full-width ``LOCAL``. :func:`normal_name` keeps a name as NFKC, trimmed (so full-width
+``LOCAL`` is ``LOCAL`` and ``alice `` is ``alice``) and refuses one that mixes scripts (Latin with
+Cyrillic or Greek: ``l\u043ecal``), the one rule that catches most spoofs in a name and
+almost never a real one. :func:`looks_like` then compares what is left as Unicode's
+TR39 does, by skeleton: each character replaced by the one it is confused with, case
+folded, so a name all in Cyrillic letters that read as ``alice`` still collides
+with ``alice``. The confusable pairs and the script of each character come from
+confusable-homoglyphs (MIT), which ships Unicode's confusables.txt and Scripts.txt as
+data; it has no skeleton function, so the few lines of it are here.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
+
+from confusable_homoglyphs import confusables as _confusables
 
 from core.errors import BadInput
 
@@ -81,3 +97,61 @@ def check_identifier(value: str, what: str, *, limit: int = IDENTIFIER_MAX) -> s
             "use letters, digits and punctuation"
         )
     return value
+
+
+# Scripts any name may mix with its own: digits, punctuation, spaces (Common) and
+# combining marks (Inherited).
+SHARED_SCRIPTS = ["COMMON", "INHERITED"]
+
+
+def normal_name(value: str, what: str) -> str:
+    """``value`` as a name is kept: NFKC, trimmed; refused when empty, too long,
+    holding unsafe characters, or mixing scripts (see the module's docstring)."""
+    name = unicodedata.normalize("NFKC", value).strip()
+    check_identifier(name, what)
+    if _confusables.is_mixed_script(name, allowed_aliases=SHARED_SCRIPTS):
+        raise BadInput(
+            f"{what} '{visible(name)}' mixes scripts (such as Latin and Cyrillic), which "
+            "makes it look like another name; write it in one script"
+        )
+    return name
+
+
+def looks_like(a: str, b: str) -> bool:
+    """Whether two names would read as one: the same skeleton, before or after case
+    folding (``Alice``/``alice``, ``aIice``/``alice``, all-Cyrillic look-alikes of ``alice``)."""
+    a, b = unicodedata.normalize("NFKC", a).strip(), unicodedata.normalize("NFKC", b).strip()
+    return _skeleton(a.casefold()) == _skeleton(b.casefold()) or (
+        _skeleton(a).casefold() == _skeleton(b).casefold()
+    )
+
+
+def _skeleton(text: str) -> str:
+    return "".join(_prototype(ch) for ch in unicodedata.normalize("NFD", text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _prototype(ch: str) -> str:
+    """The one ASCII spelling ``ch`` is confused with (``ch`` itself when none), the
+    same for every member of a class of ASCII look-alikes (``l``, ``1``, ``I``, ``|``)."""
+    if ch.isascii():
+        return _ascii_class(ch)
+    for glyph in _confusables.confusables_data.get(ch, ()):
+        text = glyph["c"]
+        if text.isascii() and text.isprintable():
+            return "".join(_ascii_class(c) for c in text)
+    return ch
+
+
+@functools.lru_cache(maxsize=256)
+def _ascii_class(ch: str) -> str:
+    """The least member of ``ch``'s class of ASCII characters confused with each other
+    (the data lists pairs, not always both ways: the class is their closure)."""
+    seen, todo = {ch}, [ch]
+    while todo:
+        for glyph in _confusables.confusables_data.get(todo.pop(), ()):
+            other = glyph["c"]
+            if len(other) == 1 and other.isascii() and other.isprintable() and other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return min(seen)

@@ -31,7 +31,8 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ledger = await Ledger.open(settings)
         app.state.ledger = ledger
-        app.state.gate = Gate(ledger)
+        # Open mode is decided here, once (see core.api.auth).
+        app.state.gate = await Gate.start(ledger)
         try:
             yield
         finally:

@@ -5,10 +5,18 @@ uploads, submits, cancels, retries; publisher also publishes). A request without
 valid token is 401, a token whose role may not is 403. The token's name is the actor
 in the history, as ``--actor`` is on the CLI.
 
-A ledger with no active token at all serves local clients only, as the actor
-``local`` with every role: that is what a developer on one machine expects, and
-``ingestdesk serve`` refuses to bind anywhere but loopback in that state. Once a
-token exists, every request needs one.
+**Open mode** (no token needed) is decided once, when the server starts: a ledger
+with no active token then serves clients on the same machine only, as the actor
+``local`` with every role, which is what a developer on one machine expects
+(``ingestdesk serve`` refuses to bind anywhere but loopback in that state). It can
+only end: the first token created turns it off within OPEN_MODE_CACHE_S, and nothing
+turns it on again while the server runs. Revoking the last token leaves a server
+that refuses everyone (401) until it is restarted: revoking must never open a server
+that may sit behind a proxy on the same machine, where every client is "local".
+
+Only what verified is remembered: a presented string longer than TOKEN_MAX_CHARS is
+refused before any lookup, and the cache holds at most TOKEN_CACHE_MAX tokens that
+the ledger accepted. Junk costs one bounded lookup and nothing that stays.
 
 The caller is settled before a request body is read (see :mod:`core.api.routing`), so
 a client without a valid token cannot make the server hold its body.
@@ -17,9 +25,12 @@ a client without a valid token cannot make the server hold its body.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -27,12 +38,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from core.api.problems import ApiProblem
 from core.ledger import Ledger, TokenView
-from core.ledger.tokens import LOCAL_ACTOR
+from core.ledger.tokens import LOCAL_ACTOR, TOKEN_MAX_CHARS
 from core.states import Role
 
 TOKEN_CACHE_S = 2.0  # seconds an authenticated token is trusted before it is checked again
-OPEN_MODE_CACHE_S = 2.0  # seconds the "no tokens at all" answer is trusted
-CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ingestdesk"'}
+TOKEN_CACHE_MAX = 256  # verified tokens remembered at most (the least recently used go first)
+OPEN_MODE_CACHE_S = 2.0  # seconds between checks, while open, for a token that ends open mode
+# Read-only: every 401 starts from it, and ApiProblem copies it (see ApiProblem).
+CHALLENGE = MappingProxyType({"WWW-Authenticate": 'Bearer realm="ingestdesk"'})
+log = logging.getLogger("ingestdesk.api")
 # Declares the scheme in the OpenAPI document (the docs page's Authorize button) and
 # nothing else: auto_error=False leaves every refusal to the Gate, which answers
 # problem+json with our own wording instead of FastAPI's.
@@ -62,34 +76,64 @@ def is_loopback(host: str | None) -> bool:
 
 
 class Gate:
-    """Checks bearer tokens against the ledger, with a short cache.
+    """Checks bearer tokens against the ledger, with a short, bounded cache.
 
     The cache keeps a GET from costing two ledger reads; a revoked token stops
-    working within TOKEN_CACHE_S.
+    working within TOKEN_CACHE_S. Build it with :meth:`start`, which decides open
+    mode once.
     """
 
-    def __init__(self, ledger: Ledger, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ledger: Ledger, *, open_mode: bool, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.ledger = ledger
         self.clock = clock
-        self._tokens: dict[str, tuple[float, TokenView | None]] = {}
-        self._open: tuple[float, bool] | None = None
+        self._verified: OrderedDict[str, tuple[float, TokenView]] = OrderedDict()
+        self._open = open_mode
+        self._open_checked = clock()
+
+    @classmethod
+    async def start(cls, ledger: Ledger, clock: Callable[[], float] = time.monotonic) -> Gate:
+        """The gate for a server starting now: open mode if, and only if, the ledger
+        has no active token at this moment."""
+        open_mode = not await ledger.tokens.any_active()
+        if open_mode:
+            log.warning(
+                "no API token exists: serving clients on this machine only, as %r, without "
+                "a token until one is created (ingestdesk tokens create NAME --role R)",
+                LOCAL_ACTOR,
+            )
+        return cls(ledger, open_mode=open_mode, clock=clock)
 
     async def open_mode(self) -> bool:
-        """True while the ledger has no active token."""
+        """True while this server is in open mode: it started with no active token
+        and none has been created since. Never True again once False."""
+        if not self._open:
+            return False
         now = self.clock()
-        if self._open is None or now - self._open[0] > OPEN_MODE_CACHE_S:
-            self._open = (now, not await self.ledger.tokens.any_active())
-        return self._open[1]
+        if now - self._open_checked > OPEN_MODE_CACHE_S:
+            self._open_checked = now
+            if await self.ledger.tokens.any_active():
+                self._open = False
+                log.warning("an API token exists now: every request needs a token from here on")
+        return self._open
 
     async def token(self, presented: str) -> TokenView | None:
+        """The active token ``presented`` is, or None; only tokens that verified are
+        remembered (for TOKEN_CACHE_S, at most TOKEN_CACHE_MAX of them)."""
+        if len(presented) > TOKEN_MAX_CHARS:
+            return None  # longer than any token ingestdesk makes: no lookup, nothing kept
         now = self.clock()
-        cached = self._tokens.get(presented)
+        cached = self._verified.get(presented)
         if cached is not None and now - cached[0] <= TOKEN_CACHE_S:
+            self._verified.move_to_end(presented)
             return cached[1]
+        self._verified.pop(presented, None)
         found = await self.ledger.tokens.authenticate(presented)
-        if len(self._tokens) > 10_000:  # guessing must not grow memory without bound
-            self._tokens.clear()
-        self._tokens[presented] = (now, found)
+        if found is not None:
+            self._verified[presented] = (now, found)
+            while len(self._verified) > TOKEN_CACHE_MAX:
+                self._verified.popitem(last=False)
         return found
 
     async def caller(self, request: Request) -> Caller:

@@ -31,6 +31,7 @@ from core.errors import (
     NotFound,
     StoreUnavailable,
 )
+from core.filters import FilterTooLarge
 
 PROBLEM_JSON = "application/problem+json"
 RETRY_AFTER_S = 2  # seconds a client is asked to wait while the ledger is unreachable
@@ -38,6 +39,8 @@ log = logging.getLogger("ingestdesk.api")
 
 # Most specific first: SchemaTooNew is a LedgerUnavailable, and so on.
 STATUS_OF: tuple[tuple[type[IngestDeskError], int], ...] = (
+    # Refused for its size before it is looked at, as a body over its cap is (413).
+    (FilterTooLarge, 400),
     (BadInput, 422),
     # The IETF Idempotency-Key draft: a key reused with another payload is 422.
     (KeyReused, 422),
@@ -107,22 +110,28 @@ def responses(described: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
 
 
 class ApiProblem(Exception):
-    """A refusal the API itself makes (authentication, roles, request shape)."""
+    """A refusal the API itself makes (authentication, roles, request shape).
+
+    Its headers are its own copy: refusals are often built from a module-level
+    mapping (the 401's challenge), and whatever adds a header to one refusal
+    (``Connection: close`` for one sent before its body was read) must not add it to
+    every later one. A shared dict once did exactly that: after one 401 on a request
+    with a body, every 401 closed its connection."""
 
     def __init__(
-        self, status: int, kind: str, detail: str, headers: dict[str, str] | None = None
+        self, status: int, kind: str, detail: str, headers: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.kind = kind
         self.detail = detail
-        self.headers = headers or {}
+        self.headers: dict[str, str] = dict(headers or {})
 
 
 def problem(
-    status: int, kind: str, detail: str, headers: dict[str, str] | None = None
+    status: int, kind: str, detail: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
-    """One problem+json response."""
+    """One problem+json response (``headers`` are copied, never kept)."""
     body = {
         "type": f"urn:ingestdesk:problem:{kind}",
         "title": TITLES.get(status, "Error"),
@@ -130,7 +139,9 @@ def problem(
         "detail": detail,
         "kind": kind,
     }
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+    return JSONResponse(
+        body, status_code=status, media_type=PROBLEM_JSON, headers=dict(headers or {})
+    )
 
 
 def status_of(exc: IngestDeskError) -> int:

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from core.config import Settings, settings_from, upload_cap_bytes
 from core.errors import BadInput
-from core.safe_text import check_identifier
+from core.safe_text import normal_name
 
 # A list longer than this is a typo, and beyond what SQLite's integers hold it was a
 # traceback (OverflowError) instead of an answer.
@@ -51,19 +51,33 @@ def default_actor() -> str:
     not used either.
     """
     try:
-        name = getpass.getuser()
-        return check_identifier(name, "login name")
+        return actor_name(getpass.getuser(), "login name")
     except (KeyError, OSError, ImportError, BadInput):
         return f"uid-{os.getuid()}" if hasattr(os, "getuid") else "unknown"
 
 
-def identifier(what: str) -> Callable[[str], str]:
+def actor_name(value: str, what: str = "actor") -> str:
+    """``--actor`` as the history keeps it (:func:`core.safe_text.normal_name`), refused
+    when it is or looks like a name ingestdesk records by itself (``local``,
+    ``system``, ``reaper``, ``demo``): a person is never the lease reaper."""
+    # Imported here: the ledger (and SQLAlchemy) loads only for commands that use it.
+    from core.ledger.tokens import check_not_reserved
+
+    name = normal_name(value, what)
+    check_not_reserved(name, what)
+    return name
+
+
+def identifier(
+    what: str, check_name: Callable[[str, str], str] = normal_name
+) -> Callable[[str], str]:
     """An argparse type for an id a person types (``--actor``, ``--worker-id``):
-    refused when empty, too long, or holding control or invisible characters."""
+    kept as NFKC, trimmed; refused when empty, too long, holding control or invisible
+    characters, or mixing scripts (a Cyrillic letter among Latin ones)."""
 
     def check(value: str) -> str:
         try:
-            return check_identifier(value, what)
+            return check_name(value, what)
         except BadInput as exc:
             raise argparse.ArgumentTypeError(exc.message) from exc
 
@@ -146,7 +160,7 @@ def common_options(*, top_level: bool) -> CliParser:
     # None: filled by default_actor() once the command line is parsed (see there).
     common.add_argument(
         "--actor",
-        type=identifier("actor"),
+        type=identifier("actor", actor_name),
         default=default(None),
         help="who is acting, for the audit log (default: your login name)",
     )

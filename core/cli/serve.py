@@ -154,11 +154,18 @@ async def cmd_tokens(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
                 f"{visible(t.name):<24} {t.role.value:<10} {'active' if t.active else 'revoked'}"
                 for t in tokens
             ]
-            or ["no tokens: the API serves local clients only"],
+            or ["no tokens: a server started now serves local clients only"],
         )
     else:
         view = await ledger.tokens.revoke(args.name)
-        out.emit(view.to_dict(), f"revoked token {visible(view.name)}")
+        lines = [f"revoked token {visible(view.name)}"]
+        if not await ledger.tokens.any_active():
+            # Open mode is decided at start-up only (core.api.auth): say what follows.
+            lines.append(
+                "no active token is left: a running server now refuses every request; "
+                "one started now serves local clients only"
+            )
+        out.emit(view.to_dict(), lines)
 
 
 TOKENS = Command(

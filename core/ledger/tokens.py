@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,11 +24,14 @@ from core.ledger.queue import REAPER_ACTOR
 from core.ledger.schema import API_TOKENS
 from core.ledger.transactions import Transactions
 from core.ledger.views import _View
-from core.safe_text import check_identifier
+from core.safe_text import looks_like, normal_name, visible
 from core.states import Role
 
 TOKEN_PREFIX = "idk_"
 SECRET_BYTES = 32  # bytes of randomness in a token's secret
+# Characters of a presented token at most: ours are 80 (idk_, a 32-character id, a dot,
+# 43 characters of secret). Anything longer is refused before it is looked up or kept.
+TOKEN_MAX_CHARS = 128
 LOCAL_ACTOR = "local"  # the API's actor for a token-less local client (no token exists)
 # Actors ingestdesk records by itself: the API's token-less local client, the ledger's
 # default, the lease reaper, the demo (core.demo.DEMO_ACTOR; not imported, as core.demo
@@ -76,15 +80,13 @@ class TokenRegistry:
 
     async def create(self, name: str, role: Role | str) -> NewToken:
         """A new token for ``name``; a name already taken (even revoked) is a conflict,
-        so the history's actor names stay unambiguous. For the same reason a name
-        ingestdesk records as an actor by itself (RESERVED_NAMES) is refused."""
-        check_identifier(name, "token name")
-        if name.strip().casefold() in RESERVED_NAMES:
-            reserved = ", ".join(sorted(RESERVED_NAMES))
-            raise BadInput(
-                f"token name {name.strip()!r} is reserved: ingestdesk records it as an actor "
-                f"by itself (reserved: {reserved}); pick another name"
-            )
+        so the history's actor names stay unambiguous, and so is a name that only
+        looks like a taken one (``Alice``, ``alice ``, ``alice`` with a Cyrillic a: see
+        :func:`core.safe_text.looks_like`). For the same reason a name ingestdesk
+        records as an actor by itself (RESERVED_NAMES), or one like it, is refused.
+        The name is kept as :func:`core.safe_text.normal_name` has it (NFKC, trimmed)."""
+        name = normal_name(name, "token name")
+        check_not_reserved(name, "token name")
         try:
             role = Role(role)
         except ValueError as exc:
@@ -102,9 +104,15 @@ class TokenRegistry:
         }
 
         def tx(conn: Connection) -> None:
-            taken = conn.execute(select(API_TOKENS.c.id).where(API_TOKENS.c.name == name)).first()
-            if taken is not None:
-                raise Conflict(f"a token named {name!r} exists already; pick another name")
+            # Every name, to compare by look: a team has tens of tokens, not millions.
+            for (taken,) in conn.execute(select(API_TOKENS.c.name)):
+                if taken == name:
+                    raise Conflict(f"a token named {name!r} exists already; pick another name")
+                if looks_like(taken, name):
+                    raise Conflict(
+                        f"token name {visible(name)!r} looks like the existing "
+                        f"{visible(taken)!r}; pick a name that reads differently"
+                    )
             conn.execute(insert(API_TOKENS), row)
 
         await self._tx.write(tx)
@@ -120,8 +128,10 @@ class TokenRegistry:
         return await self._tx.read(tx)
 
     async def revoke(self, name: str) -> TokenView:
-        """Revoke a token by name; revoking a revoked token changes nothing."""
+        """Revoke a token by name (as created: ``tokens revoke 'alice '`` finds
+        ``alice``); revoking a revoked token changes nothing."""
         now = self.clock()
+        name = unicodedata.normalize("NFKC", name).strip()
 
         def tx(conn: Connection) -> TokenView:
             conn.execute(
@@ -139,7 +149,7 @@ class TokenRegistry:
 
     async def authenticate(self, token: str) -> TokenView | None:
         """The active token ``token`` is, or None (unknown, malformed or revoked)."""
-        if not token.startswith(TOKEN_PREFIX) or "." not in token:
+        if len(token) > TOKEN_MAX_CHARS or not token.startswith(TOKEN_PREFIX) or "." not in token:
             return None
         token_id, _, secret = token[len(TOKEN_PREFIX) :].partition(".")
         if not token_id.isalnum() or len(token_id) > 32:
@@ -167,6 +177,18 @@ class TokenRegistry:
             return conn.execute(query).first() is not None
 
         return await self._tx.read(tx)
+
+
+def check_not_reserved(name: str, what: str) -> None:
+    """Refuse a name that is, or looks like, one ingestdesk records as an actor by
+    itself (``local``, ``Local``, full-width ``LOCAL``, ``local`` with a Cyrillic o)."""
+    for reserved in sorted(RESERVED_NAMES):
+        if looks_like(name, reserved):
+            listed = ", ".join(sorted(RESERVED_NAMES))
+            raise BadInput(
+                f"{what} {visible(name)!r} is reserved: ingestdesk records {reserved!r} as an "
+                f"actor by itself (reserved: {listed}); pick another name"
+            )
 
 
 def _view(row: object) -> TokenView:

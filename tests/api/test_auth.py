@@ -5,13 +5,82 @@ refused; SIGTERM stops the server gracefully."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 
 from core import Ledger, Settings
-from tests.api.conftest import Api, cli, start_server, stop_server, stopped_gracefully
+from core.api.auth import OPEN_MODE_CACHE_S, TOKEN_CACHE_MAX, TOKEN_CACHE_S, Gate
+from core.ledger.tokens import TOKEN_MAX_CHARS
+from tests.api.conftest import (
+    REPO_ROOT,
+    START_TIMEOUT_S,
+    Api,
+    cli,
+    cli_command,
+    free_port,
+    start_server,
+    stop_server,
+    stopped_gracefully,
+)
 from tests.api.test_checklist import REPORT, added, is_problem, upload
+
+DEADLINE_S = 60.0  # seconds to wait for a condition on a loaded machine
+
+
+def wait_for(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {deadline_s:.0f} s: {what}")
+        time.sleep(0.05)
+
+
+def busy_server(settings: Settings, log: Path) -> Iterator[Api]:
+    """A server for thousands of requests: its log goes to a file (a pipe nobody reads
+    until the end fills after a few hundred access lines and stalls the server)."""
+    port = free_port()
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            cli_command(settings, "serve", "--port", str(port)),
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    server = Api(f"http://127.0.0.1:{port}", settings, process)
+    try:
+        wait_for(
+            lambda: _answers(f"{server.base}/healthz"),
+            f"the server answers /healthz ({log.read_text()[-2000:]})",
+            deadline_s=START_TIMEOUT_S,
+        )
+        yield server
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def rss_mb(pid: int) -> float:
+    """The resident memory of a process, in MiB, as the kernel counts it."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
 
 # (method, path template, the least role that may) for every endpoint but /healthz.
 ENDPOINTS = (
@@ -62,15 +131,17 @@ def test_the_tokens_name_is_the_actor_and_a_revoked_token_stops_working(api: Api
         assert history["history"][0]["actor"] == "operator-token"
     revoked = cli(api.settings, "tokens", "revoke", "operator-token", "--json")
     assert revoked.returncode == 0, revoked.stderr
-    import time
-
-    time.sleep(2.2)  # the server trusts a checked token for 2 s
     with api.client() as client:
+        # The server trusts a checked token for TOKEN_CACHE_S: refused once that ran out.
+        wait_for(
+            lambda: client.get("/api/ingestion-tasks").status_code == 401,
+            "the revoked token is refused",
+            deadline_s=DEADLINE_S + TOKEN_CACHE_S,
+        )
         is_problem(client.get("/api/ingestion-tasks"), 401, "Unauthorized")
 
 
 def test_tokens_are_created_once_listed_without_secrets(settings: Settings) -> None:
-    import json
 
     made = cli(settings, "tokens", "create", "ci-bot", "--role", "viewer", "--json")
     assert made.returncode == 0, made.stderr
@@ -104,7 +175,6 @@ def test_a_public_address_without_any_token_is_refused_at_start(settings: Settin
     assert "no API token" in refused.stderr and "Traceback" not in refused.stderr
     as_json = cli(settings, "serve", "--host", "0.0.0.0", "--port", "0", "--json", timeout=30)
     assert as_json.returncode == 2
-    import json
 
     assert json.loads(as_json.stdout)["error"]["kind"] == "BadInput"
 
@@ -199,6 +269,132 @@ def test_a_port_in_use_or_an_unknown_host_is_one_line_and_exit_1(settings: Setti
     assert cli(settings, "tokens", "create", "ops", "--role", "operator").returncode == 0
     unknown = cli(settings, "serve", "--host", "no-such-host.invalid", "--json", timeout=30)
     assert unknown.returncode == 1, unknown
-    import json
 
     assert json.loads(unknown.stdout)["error"]["kind"] == "ServeFailed"
+
+
+# ------------------------------------------- what a caller without a token may cost
+
+
+def test_a_401_for_a_body_closes_its_connection_and_no_other(api: Api) -> None:
+    """A refusal sent before its body was read closes the connection; that must not
+    leak into every later 401 (a shared header dict was once changed in place)."""
+    for _ in range(2):  # the second round is what the shared dict broke
+        with_body = httpx.post(
+            f"{api.base}/api/documents", files={"file": ("a.md", REPORT)}, timeout=30
+        )
+        is_problem(with_body, 401, "Unauthorized")
+        assert with_body.headers.get("connection") == "close"
+        without = httpx.get(f"{api.base}/api/ingestion-tasks", timeout=30)
+        is_problem(without, 401, "Unauthorized")
+        assert "connection" not in without.headers, without.headers
+        assert without.headers["www-authenticate"].startswith("Bearer")
+    # And on one kept-alive connection: every 401 without a body leaves it open.
+    with httpx.Client(base_url=api.base, timeout=30) as client:
+        for _ in range(3):
+            answer = client.get("/api/ingestion-tasks")
+            assert answer.status_code == 401 and "connection" not in answer.headers
+
+
+JUNK_REQUESTS = 2500  # distinct junk tokens sent to one server
+JUNK_TOKEN_CHARS = 12_000  # characters each (uvicorn's h11 takes headers up to 16 KiB)
+JUNK_GROWTH_MAX_MB = 15.0  # MiB the server may grow by meanwhile (the old cache: ~30 more)
+
+
+def test_junk_tokens_cost_the_server_no_memory(settings: Settings, tmp_path: Path) -> None:
+    """A client without any valid token, sending a new long string each time, once
+    grew the server by every string it sent (the cache kept rejected ones too)."""
+    made = cli(settings, "tokens", "create", "reader", "--role", "viewer", "--json")
+    assert made.returncode == 0, made.stderr
+    servers = busy_server(settings, tmp_path / "server.log")
+    api = next(servers)
+    api.tokens["viewer"] = json.loads(made.stdout)["token"]
+    pid = api.process.pid
+    with httpx.Client(base_url=api.base, timeout=30) as client:
+        warm = client.get("/api/ingestion-tasks", headers={"Authorization": "Bearer warm-up"})
+        is_problem(warm, 401, "Unauthorized")
+        before = rss_mb(pid)
+        for i in range(JUNK_REQUESTS):
+            # Shaped like a token (prefix, id, dot) so that it is looked up, not only parsed.
+            junk = f"idk_{i:032x}." + secrets.token_urlsafe(JUNK_TOKEN_CHARS)[:JUNK_TOKEN_CHARS]
+            answer = client.get("/api/ingestion-tasks", headers={"Authorization": f"Bearer {junk}"})
+            assert answer.status_code == 401, answer.text
+        grown = rss_mb(pid) - before
+    assert grown < JUNK_GROWTH_MAX_MB, f"the server grew by {grown:.1f} MiB"
+    # Valid tokens still work after all that.
+    with api.client("viewer") as viewer:
+        assert viewer.get("/api/ingestion-tasks").status_code == 200
+    servers.close()
+
+
+async def test_only_tokens_that_verified_are_remembered_and_only_so_many(
+    ledger: Ledger,
+) -> None:
+    gate = await Gate.start(ledger)
+    good = [(await ledger.tokens.create(f"bot-{i}", "viewer")).token for i in range(3)]
+    for i in range(50):
+        assert await gate.token(f"idk_{i:032x}.nope") is None
+    assert await gate.token("x" * (TOKEN_MAX_CHARS + 1)) is None
+    assert await gate.token(good[0] + "x" * TOKEN_MAX_CHARS) is None
+    assert len(gate._verified) == 0
+    for token in good:
+        assert await gate.token(token) is not None
+    assert len(gate._verified) == len(good)
+    # Bounded however many distinct tokens verify (the least recently used go first).
+    many = [(await ledger.tokens.create(f"fleet-{i}", "viewer")).token for i in range(20)]
+    import core.api.auth as auth
+
+    auth_max = auth.TOKEN_CACHE_MAX
+    auth.TOKEN_CACHE_MAX = 8
+    try:
+        for token in many:
+            assert await gate.token(token) is not None
+        assert len(gate._verified) == 8 and many[-1] in gate._verified
+    finally:
+        auth.TOKEN_CACHE_MAX = auth_max
+    assert TOKEN_CACHE_MAX >= 8
+
+
+# --------------------------------------------------------------- open mode
+
+
+def _no_token_answers(api: Api, status: int) -> bool:
+    return httpx.get(f"{api.base}/api/ingestion-tasks", timeout=30).status_code == status
+
+
+def _stays_refused(api: Api) -> None:
+    """No request without a token is served for well past the window in which the
+    server re-reads the ledger's tokens (OPEN_MODE_CACHE_S), so a server that would
+    open again has had every chance to."""
+    end = time.monotonic() + 3 * max(OPEN_MODE_CACHE_S, TOKEN_CACHE_S)
+    while time.monotonic() < end:
+        is_problem(httpx.get(f"{api.base}/api/ingestion-tasks", timeout=30), 401, "Unauthorized")
+        time.sleep(0.1)
+
+
+def test_revoking_every_token_does_not_open_the_server(api: Api) -> None:
+    with api.client("viewer") as viewer:
+        assert viewer.get("/api/ingestion-tasks").status_code == 200
+        for role in ("viewer", "operator", "publisher"):
+            revoked = cli(api.settings, "tokens", "revoke", f"{role}-token")
+            assert revoked.returncode == 0, revoked.stderr
+        # The last revoke says what follows for a running server.
+        assert "a running server now refuses every request" in revoked.stdout
+        wait_for(
+            lambda: viewer.get("/api/ingestion-tasks").status_code == 401,
+            "the revoked token is refused",
+        )
+    _stays_refused(api)
+    assert _no_token_answers(api, 401)
+
+
+def test_open_mode_ends_with_the_first_token_and_never_comes_back(open_api: Api) -> None:
+    assert _no_token_answers(open_api, 200)
+    made = cli(open_api.settings, "tokens", "create", "first", "--role", "viewer")
+    assert made.returncode == 0, made.stderr
+    wait_for(lambda: _no_token_answers(open_api, 401), "open mode ends once a token exists")
+    revoked = cli(open_api.settings, "tokens", "revoke", "first")
+    assert revoked.returncode == 0, revoked.stderr
+    _stays_refused(open_api)
+    _code, out = stop_server(open_api)
+    assert "no API token exists" in out and "every request needs a token" in out, out

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from core import BadInput, ErrorCode, Ledger, TaskStatus, parse_filter
-from core.filters import EVERY_TASK
+from core.filters import (
+    EVERY_TASK,
+    FILTER_TERMS_MAX,
+    FILTER_TEXT_MAX,
+    TERM_VALUE_MAX,
+    FilterTooLarge,
+)
 from tests.conftest import FakeClock
 
 
@@ -76,6 +82,43 @@ async def test_filters_select_the_same_tasks_in_sql_and_in_memory(
 def test_malformed_filters_are_bad_input(expr: str, message: str) -> None:
     with pytest.raises(BadInput, match=message):
         parse_filter(expr)
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        (" ".join(["report"] * (FILTER_TERMS_MAX + 1)), f"at most {FILTER_TERMS_MAX} terms"),
+        ("x" * (FILTER_TEXT_MAX + 1), f"at most {FILTER_TEXT_MAX} characters"),
+        ("name:" + "n" * (TERM_VALUE_MAX + 1), f"value is at most {TERM_VALUE_MAX} characters"),
+        ("!" + "w" * (TERM_VALUE_MAX + 1), f"value is at most {TERM_VALUE_MAX} characters"),
+    ],
+)
+def test_a_filter_over_its_limits_says_which(expr: str, message: str) -> None:
+    with pytest.raises(FilterTooLarge, match=message):
+        parse_filter(expr)
+
+
+async def test_the_largest_filter_runs_on_the_ledger(ledger: Ledger, clock: FakeClock) -> None:
+    """At its limits a filter is one statement the backend accepts (990 terms once
+    made SQLite answer "Expression tree is too large"), the same in SQL and in memory,
+    and it leaves nothing in the engine's compiled cache however many shapes come."""
+    await seed(ledger, clock)
+    words = ["!scan", "!name:zz", "attempt:<9", "!worker:nobody", "report"]
+    largest = parse_filter(" ".join(words[i % len(words)] for i in range(FILTER_TERMS_MAX)))
+    assert len(largest.terms) == FILTER_TERMS_MAX
+    in_sql = await ledger.reads.list_tasks(filter=largest, limit=None)
+    assert {t.document_name for t in in_sql} == {"report-q1.txt", "report-q2.txt"}
+    assert await ledger.reads.count_tasks(largest) == 2
+    wide = parse_filter("name:" + "n" * TERM_VALUE_MAX)
+    assert await ledger.reads.list_tasks(filter=wide) == []
+    engine = ledger.transactions.engine  # SQLite's Engine, or PostgreSQL's AsyncEngine
+    cache = getattr(engine, "sync_engine", engine)._compiled_cache
+    before = len(cache)
+    for n in range(1, FILTER_TERMS_MAX + 1):  # as many shapes as there are lengths
+        flt = parse_filter(" ".join(words[i % len(words)] for i in range(n)))
+        await ledger.reads.list_tasks(filter=flt, limit=5)
+        await ledger.reads.count_tasks(flt)
+    assert len(cache) == before
 
 
 def test_like_wildcards_in_filters_are_literal() -> None:

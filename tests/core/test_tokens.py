@@ -58,3 +58,59 @@ def test_roles_include_the_ones_before_them() -> None:
     assert Role.PUBLISHER.may(Role.OPERATOR) and Role.PUBLISHER.may(Role.VIEWER)
     assert Role.OPERATOR.may(Role.VIEWER) and not Role.OPERATOR.may(Role.PUBLISHER)
     assert not Role.VIEWER.may(Role.OPERATOR)
+
+
+# Names that look alike are one name to a reader of the history: the API's actor is
+# the token's name, so a second token that reads as the first would forge its lines.
+CYRILLIC_O = "\u043e"
+CYRILLIC_A, CYRILLIC_ES, CYRILLIC_IE = "\u0430", "\u0441", "\u0435"
+
+
+async def test_a_token_name_is_kept_normalised(ledger: Ledger) -> None:
+    made = await ledger.tokens.create("  alice ", "viewer")
+    assert made.name == "alice"
+    wide = await ledger.tokens.create("\uff22\uff2f\uff22", "viewer")  # full-width BOB
+    assert wide.name == "BOB"
+    assert [t.name for t in await ledger.tokens.list()] == ["BOB", "alice"]
+    # Revoked by the name as typed, normalised the same way.
+    assert not (await ledger.tokens.revoke("alice ")).active
+
+
+@pytest.mark.parametrize(
+    "twin",
+    [
+        "alice",
+        "alice ",
+        "Alice",
+        "ALICE",
+        "\uff41\uff4c\uff49\uff43\uff45",  # full-width alice
+        "aIice",  # a capital I for the l
+        f"{CYRILLIC_A}l{CYRILLIC_ES}{CYRILLIC_IE}",  # mixes scripts
+    ],
+)
+async def test_a_name_that_looks_like_a_taken_one_is_refused(ledger: Ledger, twin: str) -> None:
+    await ledger.tokens.create("alice", "operator")
+    with pytest.raises((Conflict, BadInput), match=r"exists already|looks like|mixes scripts"):
+        await ledger.tokens.create(twin, "publisher")
+    assert [t.name for t in await ledger.tokens.list()] == ["alice"]
+
+
+async def test_a_whole_script_look_alike_is_one_name_too(ledger: Ledger) -> None:
+    # All Cyrillic, so not mixed, and it reads as Latin "pape".
+    lookalike = "\u0440\u0430\u0440\u0435"
+    await ledger.tokens.create(lookalike, "viewer")
+    with pytest.raises(Conflict, match="looks like"):
+        await ledger.tokens.create("pape", "viewer")
+    # Other scripts are names like any other.
+    await ledger.tokens.create("\u0438\u0432\u0430\u043d", "viewer")  # Ivan in Cyrillic
+    await ledger.tokens.create("\u5c71\u7530", "viewer")  # Yamada in kanji
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["local", "Local", " local", "\uff2c\uff2f\uff23\uff21\uff2c", f"l{CYRILLIC_O}cal", "REAPER"],
+)
+async def test_reserved_names_are_refused_after_normalising(ledger: Ledger, name: str) -> None:
+    with pytest.raises(BadInput, match=r"reserved|mixes scripts"):
+        await ledger.tokens.create(name, "viewer")
+    assert await ledger.tokens.list() == []
