@@ -19,7 +19,7 @@ its previous answer), else it is closed, which uvicorn alone never does (its
 keep-alive timer stops at the first byte, and a connection that never sends one has
 none); an idle kept-alive connection closes after ``keep_alive_s``; the headers of one
 request are at most HEADERS_MAX_BYTES; beyond ``connections_max`` open connections a
-new one is closed at once, and requests beyond it in flight are 503. The body's
+new one is closed at once. The body's
 deadlines are the app's (:mod:`core.api.bodies`).
 
 Every log line goes through :class:`EscapeClientText`: a request's path, a header, a
@@ -170,7 +170,9 @@ def server(app: FastAPI, limits: ClientLimits | None = None) -> ApiServer:
         app,
         http=bounded_protocol(limits),
         timeout_keep_alive=limits.keep_alive_s,
-        limit_concurrency=limits.connections_max,
+        # No limit_concurrency: at its limit uvicorn answers every new request 503,
+        # those of connections already open included; the cap on connections
+        # bounds requests in flight as well (one per connection at a time).
         h11_max_incomplete_event_size=HEADERS_MAX_BYTES,
         log_level="info",
         log_config=log_config(),

@@ -23,6 +23,7 @@ DEFAULT_PORT = 8000
 PORT_MAX = 65_535
 LISTEN_BACKLOG = 2048  # pending connections the kernel may queue (uvicorn's default)
 TIMEOUT_MAX_S = 86_400.0  # seconds: a longer deadline is a typo, not a policy
+CONNECTIONS_LIMIT = 1_000_000  # --max-connections above this is a typo
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +56,12 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         type=seconds(TIMEOUT_MAX_S),
         help="seconds a whole request body may take (default 300)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        metavar="N",
+        type=whole_number(1, CONNECTIONS_LIMIT),
+        help="open connections at most; more are closed at once (default 512)",
     )
 
 
@@ -91,7 +98,10 @@ def run_serve(args: argparse.Namespace, out: Output) -> int:
         idle_s=args.body_idle_timeout or BodyLimits.idle_s,
         total_s=args.body_timeout or BodyLimits.total_s,
     )
-    clients = ClientLimits(header_s=args.header_timeout or ClientLimits.header_s)
+    clients = ClientLimits(
+        header_s=args.header_timeout or ClientLimits.header_s,
+        connections_max=args.max_connections or ClientLimits.connections_max,
+    )
     api = server(create_app(settings, bodies), clients)
     where = f"[{host}]" if ":" in host else host
     write_line(
