@@ -26,7 +26,7 @@ def _hang_up_mid_body(base: str, path: str, token: str) -> None:
         conn.sendall(
             f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
             f"Authorization: Bearer {token}\r\n"
-            "Content-Length: 1000\r\n\r\n{\"reason\": ".encode()
+            'Content-Length: 1000\r\n\r\n{"reason": '.encode()
         )
     # Hung up with the body unfinished: whenever the app reads it, it finds the
     # client gone (uvicorn keeps the bytes that came before the hang-up).
