@@ -11,6 +11,7 @@ whatever its size. A crash mid-write leaves only an ``.incoming-*`` file, which
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import os
@@ -170,10 +171,12 @@ class ObjectStore:
                     hasher.update(block)
             if hasher.hexdigest() != digest:
                 return False
-            os.utime(path)
-            return True
         except OSError:
             return False
+        # A read-only store still serves what it holds: touching is for prune only.
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        return True
 
     @staticmethod
     def _write(path: Path, data: bytes) -> None:
