@@ -157,6 +157,7 @@ def start_hostile(base: str, token: str, env: dict[str, str]) -> subprocess.Pope
         raise RuntimeError("the hostile load did not start")
     return process
 
+
 FLOOR_APP = """
 from fastapi import FastAPI
 app = FastAPI()
