@@ -21,6 +21,7 @@ from core.errors import BadInput
 from core.ingest.sniffing import sniff_kind
 from core.safe_text import neutralise, visible
 from core.states import DocumentKind
+from core.store import Original, StoredObject
 
 NAME_MAX = 255  # characters of a display name
 
@@ -104,13 +105,16 @@ def read_stream(stream: BinaryIO | None, max_bytes: int, name: str) -> bytes:
         raise BadInput(f"{shown}: cannot read stdin ({_why(exc)})") from exc
 
 
-def check_upload(data: bytes, name: str, max_bytes: int) -> DocumentKind:
-    """Judge an upload without writing anything: its kind, or BadInput saying why not."""
-    if not data:
+def check_upload(data: Original, name: str, max_bytes: int) -> DocumentKind:
+    """Judge an upload without writing anything (or, for one received as a stream and
+    already stored, by its size and first bytes): its kind, or BadInput saying why not."""
+    size, head = (data.size, data.head) if isinstance(data, StoredObject) else (len(data), data)
+    if not size:
         raise BadInput(f"{display_name(name)}: the file is empty (0 bytes)")
-    if len(data) > max_bytes:
-        raise BadInput(_over_limit(display_name(name), len(data), max_bytes))
-    kind = sniff_kind(data, name)
+    if size > max_bytes:
+        raise BadInput(_over_limit(display_name(name), size, max_bytes))
+    # A stored object's head is the first HEAD_BYTES, all that sniffing reads.
+    kind = sniff_kind(head, name)
     if kind is None:
         raise BadInput(
             f"{display_name(name)}: unsupported file type (judged by content); "

@@ -1,21 +1,83 @@
 """Content-addressed object store: originals live under a key derived from their
-sha256, so user-supplied names never become paths and identical uploads share a file."""
+sha256, so user-supplied names never become paths and identical uploads share a file.
+
+Bytes arrive two ways: whole (:meth:`ObjectStore.put`, for the CLI's files and the
+provider's result vectors) or as a stream (:meth:`ObjectStore.receive`, for an HTTP
+upload): written to an ``.incoming-*`` file under the store as they arrive, hashed on
+the way, and renamed under their key at the end, so an upload costs a buffer in memory
+whatever its size. A crash mid-write leaves only an ``.incoming-*`` file, which
+``ingestdesk prune`` removes once it is stale.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ObjectReadError, StoreUnavailable
 
 _KEY = re.compile(r"^sha256/[0-9a-f]{2}/[0-9a-f]{64}$")
+INCOMING_PREFIX = ".incoming-"  # the name of a file still being written
+READ_BLOCK_BYTES = 1024 * 1024  # bytes read at a time to hash a stored object
+# How much of an upload's start is kept for judging its kind: what sniff_kind looks
+# at (core.ingest.sniffing.TEXT_SNIFF_BYTES), and one byte more, so it can tell a
+# file of exactly that size from a longer one.
+HEAD_BYTES = 64 * 1024 + 1  # bytes
+
+# The keys of the objects written (new to the store) inside the innermost
+# track_created() block: a refused request takes back only what it wrote itself. A
+# context variable, not a list on the store, which would grow by one entry per
+# upload for a server's lifetime (asyncio.to_thread carries the context, so a put in
+# a thread is seen).
+_created: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "ingestdesk_store_created", default=None
+)
+
+
+@contextmanager
+def track_created() -> Iterator[list[str]]:
+    """Collect the keys of the objects stored new inside this block (not those found
+    already stored): the only ones a caller whose request was then refused may take
+    back (see :meth:`ObjectStore.remove`)."""
+    keys: list[str] = []
+    token = _created.set(keys)
+    try:
+        yield keys
+    finally:
+        _created.reset(token)
+
+
+def _note_created(key: str) -> None:
+    keys = _created.get()
+    if keys is not None:
+        keys.append(key)
 
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An original already in the store (received as a stream): what the ledger
+    records of it, and its first bytes, to judge its kind without reading it again."""
+
+    key: str
+    sha256: str
+    size: int
+    head: bytes
+
+
+# What an upload hands the ledger: the bytes themselves, or an object already stored.
+Original = bytes | StoredObject
 
 
 class ObjectStore:
@@ -23,10 +85,6 @@ class ObjectStore:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        # Keys of the objects this instance wrote that were not there before (not
-        # those it found already stored): the only ones a caller whose batch was then
-        # refused may take back (see remove()).
-        self.created: list[str] = []
 
     @staticmethod
     def key_for(digest: str) -> str:
@@ -37,6 +95,10 @@ class ObjectStore:
         if not _KEY.match(key):
             raise ObjectReadError(f"malformed object key {key!r}")
         return self.root / key
+
+    def path_of(self, key: str) -> Path:
+        """Where the object ``key`` lives (for maintenance: its age and size)."""
+        return self._path(key)
 
     def put(self, data: bytes) -> tuple[str, str]:
         """Store bytes durably; returns (object key, sha256 hex).
@@ -52,11 +114,32 @@ class ObjectStore:
         try:
             self._write(path, data)
         except OSError as exc:
-            raise StoreUnavailable(
-                f"cannot store the original in {self.root}: {exc.strerror or type(exc).__name__}"
-            ) from exc
-        self.created.append(key)
+            raise _unavailable(self.root, exc) from exc
+        _note_created(key)
         return key, digest
+
+    def receive(self) -> Receiving:
+        """A new object written as it arrives (see :class:`Receiving`)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=INCOMING_PREFIX)
+        except OSError as exc:
+            raise _unavailable(self.root, exc) from exc
+        return Receiving(self, fd, Path(tmp))
+
+    def _adopt(self, tmp: Path, digest: str, size: int) -> str:
+        """Move a fully written, fsynced ``tmp`` under its key (or drop it, when the
+        store holds these bytes already); the key."""
+        key = self.key_for(digest)
+        path = self._path(key)
+        if self._holds(path, digest, size):
+            tmp.unlink(missing_ok=True)
+            return key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+        _note_created(key)
+        return key
 
     def remove(self, key: str) -> None:
         """Delete an object, if it is there.
@@ -74,19 +157,31 @@ class ObjectStore:
 
         A same-size object is read and checked, not trusted: a stored original that
         rotted on disk is replaced by the next upload of the same content, which is
-        what the advice for object_read_error ("upload it again") relies on.
+        what the advice for object_read_error ("upload it again") relies on. It is
+        read a block at a time (memory stays flat in its size), and touched when it
+        matches: to ``prune`` it is as young as the upload that is about to
+        reference it, never an old orphan to remove in between.
         """
         try:
             if path.stat().st_size != size:
                 return False
-            return sha256_hex(path.read_bytes()) == digest
+            hasher = hashlib.sha256()
+            with path.open("rb") as fh:
+                while block := fh.read(READ_BLOCK_BYTES):
+                    hasher.update(block)
+            if hasher.hexdigest() != digest:
+                return False
         except OSError:
             return False
+        # A read-only store still serves what it holds: touching is for prune only.
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        return True
 
     @staticmethod
     def _write(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=INCOMING_PREFIX)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -97,11 +192,7 @@ class ObjectStore:
             # A full disk or an interrupt leaves no partial object behind.
             Path(tmp).unlink(missing_ok=True)
             raise
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _fsync_dir(path.parent)
 
     def get(self, key: str, expected_sha256: str) -> bytes:
         """Read an object and check it is what the ledger says it is."""
@@ -115,3 +206,75 @@ class ObjectStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def objects(self) -> Iterator[tuple[str, Path]]:
+        """Every stored object, as (key, path); files that are not objects are skipped."""
+        for path in sorted(self.root.glob("sha256/*/*")):
+            key = path.relative_to(self.root).as_posix()
+            if _KEY.match(key) and path.is_file():
+                yield key, path
+
+    def incoming(self) -> Iterator[Path]:
+        """Every file still being written, or left by a write that never finished."""
+        yield from sorted(self.root.glob(f"{INCOMING_PREFIX}*"))
+        yield from sorted(self.root.glob(f"sha256/*/{INCOMING_PREFIX}*"))
+
+
+class Receiving:
+    """An object being written as it arrives: :meth:`write` each piece (blocking file
+    I/O: call it from a thread), then :meth:`store` (the object, under its key) or
+    :meth:`discard` (nothing left behind). Only the first HEAD_BYTES are kept in
+    memory, to judge the kind."""
+
+    def __init__(self, store: ObjectStore, fd: int, tmp: Path) -> None:
+        self._store = store
+        self._file = os.fdopen(fd, "wb")
+        self._tmp = tmp
+        self._hash = hashlib.sha256()
+        self._head = bytearray()
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._file.write(data)
+        except OSError as exc:
+            self.discard()
+            raise _unavailable(self._store.root, exc) from exc
+        self._hash.update(data)
+        if len(self._head) < HEAD_BYTES:
+            self._head += data[: HEAD_BYTES - len(self._head)]
+        self.size += len(data)
+
+    def store(self) -> StoredObject:
+        """fsync, then rename under the object's key (or drop the copy, when the store
+        holds these bytes already)."""
+        digest = self._hash.hexdigest()
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            key = self._store._adopt(self._tmp, digest, self.size)
+        except OSError as exc:
+            self.discard()
+            raise _unavailable(self._store.root, exc) from exc
+        return StoredObject(key, digest, self.size, bytes(self._head))
+
+    def discard(self) -> None:
+        """Close and remove the partial file (idempotent)."""
+        if not self._file.closed:
+            self._file.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _unavailable(root: Path, exc: OSError) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"cannot store the original in {root}: {exc.strerror or type(exc).__name__}"
+    )

@@ -24,7 +24,10 @@ EXPECTED_LINES = {
         "ratio rate(20k)/rate(1k), ledger batched:",
         "ratio add/bare durable write:",
     ),
-    "bench.api": ("ratio GET task / floor requests/s:",),
+    "bench.api": (
+        "ratio GET task / floor requests/s:",
+        "ratio GET task p99 hostile / quiet:",
+    ),
     "bench.ingest": (
         "ratio large, 1 worker time / bare pypdf time:",
         "ratio large, speed-up 2 workers / 1 worker:",

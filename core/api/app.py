@@ -16,7 +16,9 @@ from fastapi_offline import FastAPIOffline
 
 from core.api import documents, problems, service, tasks, versions
 from core.api.auth import Gate
+from core.api.bodies import BodyGuard, BodyLimits
 from core.api.routing import HeadAsGet
+from core.api.uploads import upload_slots
 from core.config import Settings
 from core.ledger import Ledger
 
@@ -24,8 +26,9 @@ API_TITLE = "ingestdesk"
 API_VERSION = "1"
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The app for the ledger and store in ``settings`` (opened when it starts)."""
+def create_app(settings: Settings, bodies: BodyLimits | None = None) -> FastAPI:
+    """The app for the ledger and store in ``settings`` (opened when it starts);
+    ``bodies``: how long a request body may take (:mod:`core.api.bodies`)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -33,6 +36,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.ledger = ledger
         # Open mode is decided here, once (see core.api.auth).
         app.state.gate = await Gate.start(ledger)
+        app.state.upload_slots = upload_slots()
         try:
             yield
         finally:
@@ -52,6 +56,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     problems.install(app)
     app.add_middleware(HeadAsGet)
+    # Outermost: it sees the answer as it leaves, whatever inside refused the body.
+    app.add_middleware(BodyGuard, limits=bodies or BodyLimits())
     app.include_router(documents.router)
     app.include_router(versions.router)
     app.include_router(tasks.router)

@@ -11,8 +11,11 @@ from core.api.auth import Operator, Viewer
 from core.api.context import ledger_of
 from core.api.problems import responses
 from core.api.routing import GuardedRoute
-from core.api.uploads import read_upload
+from core.api.uploads import read_upload, take_back, upload_slots_of
 from core.errors import BadInput
+from core.ledger import Ledger
+from core.ledger.views import DocumentView
+from core.store import track_created
 
 router = APIRouter(prefix="/api/documents", tags=["documents"], route_class=GuardedRoute)
 
@@ -72,25 +75,38 @@ async def upload(
     candidates nobody is processing are superseded. With an ``Idempotency-Key``, a
     repeat answers 200 with the first draft and adds nothing (not with ``replaces``)."""
     ledger = ledger_of(request)
-    sent = await read_upload(request, ledger.settings.max_upload_bytes)
+    # The objects this request stores new: taken back if it is refused after that (a
+    # reused key, a version refused, a ledger gone), as the CLI does.
+    with track_created() as stored_new:
+        try:
+            document = await _add(request, response, ledger, caller.name, key)
+        except BaseException:
+            await take_back(ledger, stored_new)
+            raise
+    response.headers["Location"] = f"/api/documents/{document.document_id}"
+    return document.to_dict()
+
+
+async def _add(
+    request: Request, response: Response, ledger: Ledger, actor: str, key: str | None
+) -> DocumentView:
+    sent = await read_upload(
+        request, ledger.operator.store, ledger.settings.max_upload_bytes, upload_slots_of(request)
+    )
     name = sent.name or sent.filename or "upload"
     if sent.replaces is not None:
         if key is not None:
             raise BadInput("an Idempotency-Key cannot be used with replaces (not supported yet)")
-        document = await ledger.versions.replace(sent.replaces, sent.data, name, actor=caller.name)
-    elif key is None:
+        return await ledger.versions.replace(sent.replaces, sent.original, name, actor=actor)
+    if key is None:
         # add_many, not upload: the token's name is the actor in the history.
         [(document, _)] = await ledger.operator.add_many(
-            [(sent.data, name)], submit=False, actor=caller.name
+            [(sent.original, name)], submit=False, actor=actor
         )
-    else:
-        once = await ledger.operator.add_once(
-            sent.data, name, key=key, submit=False, actor=caller.name
-        )
-        document = once.value[0]
-        replayed(response, once.replayed)
-    response.headers["Location"] = f"/api/documents/{document.document_id}"
-    return document.to_dict()
+        return document
+    once = await ledger.operator.add_once(sent.original, name, key=key, submit=False, actor=actor)
+    replayed(response, once.replayed)
+    return once.value[0]
 
 
 NO_DOCUMENT = {404: "no document has this id"}

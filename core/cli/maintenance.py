@@ -1,8 +1,23 @@
-"""``ingestdesk prune``: forget what the ledger only keeps for a while."""
+"""``ingestdesk prune``: forget what the ledger only keeps for a while, and remove
+what the object store holds that nothing needs.
+
+Two kinds of leftovers reach the store without anyone deleting them: an
+``.incoming-*`` file from a write that never finished (a server killed mid-upload,
+a full disk), and an object no document and no provider result references (a
+request refused after its original was stored while the ledger was unavailable,
+so it could not take it back; a document deleted by hand). Both are removed only
+once older than STALE_AFTER_S: an upload in flight has just written its file and
+not yet committed the document that references it. An object found already stored
+by a new upload is touched (:meth:`core.store.ObjectStore._holds`), so it is young
+again for as long as that upload needs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
@@ -10,19 +25,109 @@ from core.cli.options import whole_number
 from core.cli.output import Output
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from core.ledger import Ledger
 
 RETENTION_DAYS = 7  # days an idempotency key is kept (core.ledger.idempotency)
 DAY_S = 24 * 3600.0
 DAYS_MAX = 36_500
+# seconds a store file must be left untouched before prune may remove it: far more
+# than an upload may take (its body's deadline, 300 s by default, then its commit)
+STALE_AFTER_S = 3600.0
+OBJECTS_PER_TRANSACTION = 500  # orphans checked and removed under one write lock
+
+
+@dataclass
+class Removed:
+    """What prune removed (or, in a dry run, would remove)."""
+
+    idempotency_keys: int = 0
+    incoming: int = 0
+    objects: int = 0
+    bytes: int = 0
+
+
+def _stale(path: Path, now: float) -> int | None:
+    """The size of ``path`` if it is untouched for STALE_AFTER_S, else None (also for
+    a file gone since it was listed)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_size if now - info.st_mtime >= STALE_AFTER_S else None
+
+
+async def _prune_store(ledger: Ledger, dry_run: bool, removed: Removed) -> None:
+    from core.ledger.reads import unreferenced_objects
+
+    store = ledger.operator.store
+    now = time.time()
+    for path in store.incoming():
+        size = _stale(path, now)
+        if size is not None:
+            removed.incoming += 1
+            removed.bytes += size
+            if not dry_run:
+                path.unlink(missing_ok=True)
+    candidates: dict[str, int] = {}
+    for key, path in store.objects():
+        size = _stale(path, now)
+        if size is not None:
+            candidates[key] = size
+    keys = list(candidates)
+    for start in range(0, len(keys), OBJECTS_PER_TRANSACTION):
+        part = keys[start : start + OBJECTS_PER_TRANSACTION]
+
+        def tx(conn: Connection, part: list[str] = part) -> list[str]:
+            # Checked and removed under the write lock: no document referencing one
+            # of them can commit in between (see core.api.uploads.take_back).
+            orphans = unreferenced_objects(conn, part)
+            if not dry_run:
+                for key in orphans:
+                    store.remove(key)
+            return orphans
+
+        orphans = await (ledger.transactions.read(tx) if dry_run else ledger.transactions.write(tx))
+        removed.objects += len(orphans)
+        removed.bytes += sum(candidates[key] for key in orphans)
+
+
+async def _old_keys(ledger: Ledger, older_than_s: float) -> int:
+    from sqlalchemy import func, select
+
+    from core.ledger.schema import IDEMPOTENCY_KEYS
+
+    cutoff = ledger.idempotency.clock() - older_than_s
+    query = select(func.count()).where(IDEMPOTENCY_KEYS.c.created_at < cutoff)
+    return int(await ledger.transactions.read(lambda conn: conn.execute(query).scalar_one()))
 
 
 async def cmd_prune(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    """``ingestdesk prune [--older-than DAYS]``: forget old idempotency keys."""
-    removed = await ledger.idempotency.prune(args.older_than * DAY_S)
+    """``ingestdesk prune [--older-than DAYS] [--dry-run]``: forget old idempotency
+    keys; remove stale incoming files and objects nothing references."""
+    removed = Removed()
+    older_than_s = args.older_than * DAY_S
+    if args.dry_run:
+        removed.idempotency_keys = await _old_keys(ledger, older_than_s)
+    else:
+        removed.idempotency_keys = await ledger.idempotency.prune(older_than_s)
+    await _prune_store(ledger, args.dry_run, removed)
+    verb = "would remove" if args.dry_run else "removed"
     out.emit(
-        {"idempotency_keys_removed": removed, "older_than_days": args.older_than},
-        f"removed {removed} idempotency keys older than {args.older_than} days",
+        {
+            "idempotency_keys_removed": removed.idempotency_keys,
+            "older_than_days": args.older_than,
+            "incoming_files_removed": removed.incoming,
+            "objects_removed": removed.objects,
+            "bytes_removed": removed.bytes,
+            "dry_run": args.dry_run,
+        },
+        [
+            f"{verb} {removed.idempotency_keys} idempotency keys older than {args.older_than} days",
+            f"{verb} {removed.incoming} unfinished incoming files and {removed.objects} "
+            f"objects nothing references ({removed.bytes} bytes)",
+        ],
     )
 
 
@@ -34,11 +139,17 @@ def _prune(parser: argparse.ArgumentParser) -> None:
         default=RETENTION_DAYS,
         help=f"forget idempotency keys older than this (default {RETENTION_DAYS} days)",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count what would be removed (and its bytes); remove nothing",
+    )
 
 
 PRUNE = Command(
     "prune",
-    "forget idempotency keys past their retention (7 days)",
+    "forget idempotency keys past their retention (7 days); remove unfinished "
+    "incoming files and objects nothing references (untouched for an hour)",
     on_ledger(cmd_prune, create=False),
     _prune,
 )

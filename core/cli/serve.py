@@ -9,7 +9,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
-from core.cli.options import common_options, settings_from_args, whole_number
+from core.cli.options import common_options, seconds, settings_from_args, whole_number
 from core.cli.output import EXIT_OK, Output, flush, write_line
 from core.errors import BadInput, IngestDeskError
 from core.safe_text import visible
@@ -22,6 +22,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 PORT_MAX = 65_535
 LISTEN_BACKLOG = 2048  # pending connections the kernel may queue (uvicorn's default)
+TIMEOUT_MAX_S = 86_400.0  # seconds: a longer deadline is a typo, not a policy
+CONNECTIONS_LIMIT = 1_000_000  # --max-connections above this is a typo
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +36,33 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_PORT,
         help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)",
     )
+    # The defaults live with what they bound (core.api.server, core.api.bodies: not
+    # imported here, every command would pay for FastAPI); the README's "Slow
+    # clients and proxies" lists them and says how to set them behind a proxy.
+    parser.add_argument(
+        "--header-timeout",
+        metavar="S",
+        type=seconds(TIMEOUT_MAX_S),
+        help="seconds a connection has to send a request's headers (default 10)",
+    )
+    parser.add_argument(
+        "--body-idle-timeout",
+        metavar="S",
+        type=seconds(TIMEOUT_MAX_S),
+        help="seconds a request body may pause (default 30)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        metavar="S",
+        type=seconds(TIMEOUT_MAX_S),
+        help="seconds a whole request body may take (default 300)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        metavar="N",
+        type=whole_number(1, CONNECTIONS_LIMIT),
+        help="open connections at most; more are closed at once (default 512)",
+    )
 
 
 def run_serve(args: argparse.Namespace, out: Output) -> int:
@@ -42,7 +71,8 @@ def run_serve(args: argparse.Namespace, out: Output) -> int:
     :mod:`core.api.server`, then the app closes the ledger)."""
     from core.api import create_app
     from core.api.auth import is_loopback
-    from core.api.server import server
+    from core.api.bodies import BodyLimits
+    from core.api.server import ClientLimits, server
     from core.ledger import Ledger
     from core.ledger.transactions import shown_url
 
@@ -64,7 +94,15 @@ def run_serve(args: argparse.Namespace, out: Output) -> int:
     # the port it became.
     listener = _listen(args.host, args.port)
     host, port = listener.getsockname()[:2]
-    api = server(create_app(settings))
+    bodies = BodyLimits(
+        idle_s=args.body_idle_timeout or BodyLimits.idle_s,
+        total_s=args.body_timeout or BodyLimits.total_s,
+    )
+    clients = ClientLimits(
+        header_s=args.header_timeout or ClientLimits.header_s,
+        connections_max=args.max_connections or ClientLimits.connections_max,
+    )
+    api = server(create_app(settings, bodies), clients)
     where = f"[{host}]" if ":" in host else host
     write_line(
         f"serving the ledger {shown_url(settings.db_url)} on http://{where}:{port} "

@@ -24,6 +24,7 @@ from core.cli.options import settings_from_args
 from core.cli.output import EXIT_OK, Interrupted, Output
 from core.config import Settings
 from core.errors import BadInput, IngestDeskError, NotFound
+from core.store import track_created
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -202,6 +203,21 @@ async def _add_batch(
     *,
     submit: bool,
 ) -> None:
+    # The originals this batch stores new: the only ones it may take back.
+    with track_created() as stored_new:
+        await _add_tracked(settings, args, out, ids, stdin, stored_new, submit=submit)
+
+
+async def _add_tracked(
+    settings: Settings,
+    args: argparse.Namespace,
+    out: Output,
+    ids: IssuedIds,
+    stdin: bytes | None,
+    stored_new: list[str],
+    *,
+    submit: bool,
+) -> None:
     from core.ledger import Ledger
 
     stop = threading.Event()
@@ -246,9 +262,8 @@ async def _add_batch(
     except asyncio.CancelledError:
         # Ctrl-C: asyncio.run turns the first SIGINT into this cancellation.
         stop.set()
-        created: list[str] = []
+        created = list(stored_new)
         if ledger is not None:
-            created = list(ledger.operator.store.created)
             # Closing waits for a transaction already handed to the database.
             await ledger.close()
             ledger = None
@@ -258,7 +273,7 @@ async def _add_batch(
         # content, a version refused while another is processing): take back what
         # this batch stored and nothing references.
         if ledger is not None:
-            await _take_back(ledger, ledger.operator.store.created)
+            await _take_back(ledger, stored_new)
         raise
     finally:
         if ledger is not None:

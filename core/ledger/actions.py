@@ -31,7 +31,7 @@ from core.ledger.transactions import Transactions
 from core.ledger.views import BulkResult, DocumentView, TaskView
 from core.safe_text import check_identifier, neutralise
 from core.states import CANCELLABLE, DocumentKind, DocumentStatus, Stage, TaskStatus
-from core.store import ObjectStore
+from core.store import ObjectStore, Original, StoredObject
 
 REASON_MAX = 500  # characters of a reason kept in the history
 # Ids bound in one IN (...) list at most: SQLite allows 32766 host parameters.
@@ -85,7 +85,7 @@ class Operator:
 
     async def add_many(
         self,
-        files: Sequence[tuple[bytes, str]],
+        files: Sequence[tuple[Original, str]],
         *,
         submit: bool,
         actor: str = "system",
@@ -111,7 +111,7 @@ class Operator:
 
     async def add_once(
         self,
-        data: bytes,
+        data: Original,
         name: str,
         *,
         key: str,
@@ -146,7 +146,7 @@ class Operator:
 
         return await self._tx.write(tx)
 
-    async def stored_drafts(self, files: Sequence[tuple[bytes, str]]) -> list[dict[str, object]]:
+    async def stored_drafts(self, files: Sequence[tuple[Original, str]]) -> list[dict[str, object]]:
         """Judge every file (one line naming each problem), store the originals, and
         make their draft rows (not yet written)."""
         kinds: list[DocumentKind] = []
@@ -158,8 +158,7 @@ class Operator:
                 problems.append(exc.message)
         if problems:
             raise BadInput("; ".join(problems))
-        # fsync can take tens of milliseconds: keep it off the event loop.
-        stored = [await asyncio.to_thread(self.store.put, data) for data, _ in files]
+        stored = [await self._stored(data) for data, _ in files]
         now = self.clock()
         ids = [self._ids() for _ in files]
         return [
@@ -170,17 +169,26 @@ class Operator:
                 "filename": display_name(name),
                 "sha256": digest,
                 "object_key": key,
-                "size": len(data),
+                "size": size,
                 "kind": kind.value,
                 "status": DocumentStatus.DRAFT.value,
                 "version": 1,
                 "created_at": now,
                 "updated_at": now,
             }
-            for doc_id, (data, name), kind, (key, digest) in zip(
+            for doc_id, (_, name), kind, (key, digest, size) in zip(
                 ids, files, kinds, stored, strict=True
             )
         ]
+
+    async def _stored(self, data: Original) -> tuple[str, str, int]:
+        """(key, sha256, size) of an original, stored now unless it came as a stream
+        and is stored already."""
+        if isinstance(data, StoredObject):
+            return data.key, data.sha256, data.size
+        # fsync can take tens of milliseconds: keep it off the event loop.
+        key, digest = await asyncio.to_thread(self.store.put, data)
+        return key, digest, len(data)
 
     def _insert_documents(
         self,

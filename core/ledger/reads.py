@@ -18,7 +18,15 @@ from core.filters import COMPARISONS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fo
 from core.ledger import rows, version_reads
 from core.ledger.registry import WORKER_GONE_AFTER_S
 from core.ledger.review_diff import VersionDiff, diff_versions
-from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, TASKS, WORKERS
+from core.ledger.schema import (
+    CHUNKS,
+    CLAIMABLE_SQL,
+    DOCUMENTS,
+    EVENTS,
+    PROVIDER_REQUESTS,
+    TASKS,
+    WORKERS,
+)
 from core.ledger.search import run_search
 from core.ledger.transactions import Transactions
 from core.ledger.views import (
@@ -46,6 +54,8 @@ FEED_LIMIT = 5000  # tasks per "what changed since R" answer
 # the cache key walks the whole statement too), memory flat. Bound parameters alone
 # cannot help: the values are bound already; it is the shape that varies.
 UNCACHED: dict[str, Any] = {"compiled_cache": None}
+
+UNREFERENCED_SLICE = 500  # object keys asked about per statement
 
 
 def _views(
@@ -398,12 +408,26 @@ class Reads:
 
 
 def unreferenced_objects(conn: Connection, keys: list[str]) -> list[str]:
-    """Those of ``keys`` (object store keys) that no document version references, in
-    the caller's transaction."""
-    if not keys:
-        return []
-    query = select(DOCUMENTS.c.object_key).where(DOCUMENTS.c.object_key.in_(keys))
-    used = set(conn.execute(query).scalars())
+    """Those of ``keys`` (object store keys) that nothing in the ledger references (no
+    document version's original, no provider request's result vectors), in the
+    caller's transaction."""
+    used: set[str] = set()
+    # In slices: a prune asks about every object in the store, and a statement's
+    # parameters are bounded (SQLite: 32 766).
+    for start in range(0, len(keys), UNREFERENCED_SLICE):
+        part = keys[start : start + UNREFERENCED_SLICE]
+        used.update(
+            conn.execute(
+                select(DOCUMENTS.c.object_key).where(DOCUMENTS.c.object_key.in_(part))
+            ).scalars()
+        )
+        used.update(
+            conn.execute(
+                select(PROVIDER_REQUESTS.c.result_key).where(
+                    PROVIDER_REQUESTS.c.result_key.in_(part)
+                )
+            ).scalars()
+        )
     return [key for key in keys if key not in used]
 
 

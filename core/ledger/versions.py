@@ -32,6 +32,7 @@ from core.ledger.version_reads import describe, going_back, newer_published, ref
 from core.ledger.views import DocumentView
 from core.safe_text import check_identifier
 from core.states import DocumentStatus, TaskStatus
+from core.store import Original
 
 D = DOCUMENTS.c
 # Versions a new upload supersedes (retires) when it replaces the document: the
@@ -67,7 +68,7 @@ class Versions:
         self.clock = clock
 
     async def replace(
-        self, document_id: str, data: bytes, name: str, *, actor: str = "system"
+        self, document_id: str, data: Original, name: str, *, actor: str = "system"
     ) -> DocumentView:
         """Upload ``data`` as the next version of the document ``document_id`` (any of
         its versions' ids) as a draft candidate. Search keeps finding the published
