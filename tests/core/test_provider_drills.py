@@ -489,6 +489,9 @@ def test_another_model_or_dimensions_make_another_request_key(
         assert key != request_key(Model(dimensions=dims), texts)  # type: ignore[arg-type]
 
 
+CHAOS_DEADLINE_S = 300.0  # seconds; about 30 s on an idle 2-core machine
+
+
 @pytest.mark.slow
 async def test_a_batch_with_workers_killed_and_replies_lost_ends_settled_and_never_twice(
     ledger: Ledger, settings: Settings, provider: DemoProvider
@@ -502,7 +505,7 @@ async def test_a_batch_with_workers_killed_and_replies_lost_ends_settled_and_nev
     chaos = random.Random(11)
     args = ("worker", "--loop", "--provider", provider.url, "--lease", "2", "--concurrency", "2")
     workers = [start_cli(settings, *args) for _ in range(2)]
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + CHAOS_DEADLINE_S
     settled = {TaskStatus.SUCCEEDED, TaskStatus.FAILED}
     try:
         kills = 0
@@ -517,6 +520,10 @@ async def test_a_batch_with_workers_killed_and_replies_lost_ends_settled_and_nev
                 workers[victim].communicate(timeout=10)
                 workers[victim] = start_cli(settings, *args)
                 kills += 1
+            elif provider.stats()["lost_replies"] == 0:
+                # On a loaded machine the kills can all land before a worker has sent
+                # anything: the faults stay on until the provider has lost a reply.
+                continue
             else:
                 # Chaos over: unknown requests are looked up, as a worker's periodic
                 # reconcile would, without waiting its period out.

@@ -26,6 +26,7 @@ from core.ingest.parse_pool import ParserPool
 from core.ingest.worker import Worker, WorkerEvent
 from tests import hostile
 from tests.core.test_worker import add, cli, start_cli
+from tests.hostile import children_of
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="watches processes through /proc"
@@ -54,20 +55,6 @@ def running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
 def seconds_until_gone(pid: int, *, give_up_s: float = 15.0) -> float:
     started = time.monotonic()
     while running(pid) and time.monotonic() - started < give_up_s:
@@ -75,7 +62,9 @@ def seconds_until_gone(pid: int, *, give_up_s: float = 15.0) -> float:
     return time.monotonic() - started
 
 
-async def until_stage(ledger: Ledger, task_id: str, stage: Stage, timeout_s: float = 30) -> None:
+async def until_stage(
+    ledger: Ledger, task_id: str, stage: Stage, timeout_s: float = hostile.BUSY_WAIT_S
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if (await ledger.reads.get_task(task_id)).stage is stage:
@@ -84,7 +73,7 @@ async def until_stage(ledger: Ledger, task_id: str, stage: Stage, timeout_s: flo
     raise AssertionError(f"task never reached stage {stage}")
 
 
-async def busy_parser(pool: ParserPool, timeout_s: float = 30) -> int:
+async def busy_parser(pool: ParserPool, timeout_s: float = hostile.BUSY_WAIT_S) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if pool.child_pids:
@@ -146,7 +135,7 @@ def test_a_parser_dies_with_its_worker_killed_by_sigkill(
     victim = start_cli(settings, "worker", task_id, "--worker-id", "victim")
     try:
         asyncio.run(until_parsing())
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + hostile.BUSY_WAIT_S
         while not (parsers := children_of(victim.pid)) and time.monotonic() < deadline:
             time.sleep(0.01)
         (parser,) = parsers
