@@ -26,6 +26,9 @@ from reportlab.pdfgen import canvas
 MIB = 1 << 20  # bytes
 PARSING_CPU_S = 0.8  # CPU seconds a fresh parser child has used once it is surely parsing
 BUSY_WAIT_S = 120.0  # seconds a test waits for a parser to get busy (a loaded machine)
+# Seconds an in-process worker may take over an 8000-page PDF parsed twice: 122 s were
+# measured under `stress-ng --cpu 2` on a shared 2-core machine, ~10 s quiet.
+LOADED_RUN_S = 600.0
 
 _FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
 
