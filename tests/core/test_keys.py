@@ -246,6 +246,7 @@ async def test_looking_for_a_result_to_reuse_is_one_round_trip(ledger: Ledger) -
     [(_, task)] = await ledger.operator.add_many([(data, "big.md")], submit=True)
     assert task is not None
     engine = ledger.transactions.engine  # type: ignore[attr-defined]
+    engine = getattr(engine, "sync_engine", engine)  # PostgreSQL's engine is async
     transactions: list[object] = []
 
     def begun(conn: object) -> None:

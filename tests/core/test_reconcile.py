@@ -36,6 +36,7 @@ from tests.core.test_provider_drills import (
 )
 from tests.core.test_worker import cli, start_cli
 
+DEAD_LEASE_S = 30  # seconds of the killed worker's lease
 LOADED_WAIT_S = 120.0  # seconds a drill waits for its condition on a loaded machine
 pytestmark = drills.pytestmark  # real processes and signals: Linux
 
@@ -355,7 +356,11 @@ async def test_a_dead_workers_request_is_due_once_its_lease_ran_out(
     out, ``reconcile --all`` looks the request up (it is no longer in flight)."""
     task_id = await submit(ledger, note(90), "killed.md")
     provider.faults(slow_s=2.0)
-    worker = start_cli(settings, "worker", task_id, "--provider", provider.url, "--lease", "3")
+    # A lease long enough that the first reconcile surely runs inside it, on a loaded
+    # machine too (3 s ran out before a loaded reconcile process had started).
+    worker = start_cli(
+        settings, "worker", task_id, "--provider", provider.url, "--lease", str(DEAD_LEASE_S)
+    )
     deadline = time.monotonic() + LOADED_WAIT_S
     while time.monotonic() < deadline:
         if provider.stats()["submits"] >= 1:
@@ -368,7 +373,7 @@ async def test_a_dead_workers_request_is_due_once_its_lease_ran_out(
     assert "nothing to reconcile" in in_flight.stdout  # its lease still runs
 
     # The lease runs out and the provider finishes the call (waited for, not slept:
-    # on a loaded machine either can take longer than the 3 s and 2 s they are set to).
+    # on a loaded machine the provider can take longer than the 2 s it is set to).
     lease_ends = (await ledger.reads.get_task(task_id)).lease_expires_at
     assert lease_ends is not None
     deadline = time.monotonic() + LOADED_WAIT_S
