@@ -27,7 +27,9 @@ from core.states import RequestState
 from tests.core import test_provider_drills as drills
 from tests.core.test_provider_drills import (
     DemoProvider,
+    make_due,
     note,
+    patient,
     reconcile_now,
     run_worker,
     start_provider,
@@ -187,9 +189,9 @@ async def test_lost_replies_recovered_by_reconcile_do_not_leave_the_task_failed(
     data = note(40, paragraphs=2500)
     task_id = await submit(ledger, data, "big.md")
     provider.faults(lose_reply=1.0)
-    for _ in range(3):
-        await wait_claimable(ledger, task_id)
-        await run_worker(ledger, pool, provider.url)
+    for _ in range(3):  # one attempt a run, however slow the machine (see patient())
+        await make_due(ledger, task_id)
+        await run_worker(patient(ledger), pool, provider.url)
     task = await ledger.reads.get_task(task_id)
     assert (task.status, task.error_code, task.attempt) == (
         TaskStatus.FAILED,
@@ -222,11 +224,11 @@ async def test_an_outcome_unknown_on_a_request_settled_meanwhile_is_not_a_failur
     attempt was looking it up and failing on it. That failure counts for nothing."""
     task_id = await submit(ledger, note(41), "race.md")
     provider.faults(lose_reply=1.0)
-    await run_worker(ledger, pool, provider.url)
+    await run_worker(patient(ledger), pool, provider.url)  # one attempt only
     (request,) = await ledger.providers.for_task(task_id)
     assert request.state is RequestState.UNKNOWN
     provider.faults(lose_reply=0.0)
-    await wait_claimable(ledger, task_id)
+    await make_due(ledger, task_id)
     # The next attempt is about to look the request up (a worker's claim) ...
     (claim,) = await ledger.queue.claim_next("w-race")
     # ... while a reconcile elsewhere recovers it (not in flight: sent by attempt 1).
