@@ -8,10 +8,15 @@ exactly the one intended and pypdf does not fail early on a broken xref instead.
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
 import random
+import time
 import zipfile
 import zlib
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from pypdf import PdfWriter
 from reportlab.lib.pagesizes import letter
@@ -19,6 +24,11 @@ from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
 MIB = 1 << 20  # bytes
+PARSING_CPU_S = 0.8  # CPU seconds a fresh parser child has used once it is surely parsing
+BUSY_WAIT_S = 120.0  # seconds a test waits for a parser to get busy (a loaded machine)
+# Seconds an in-process worker may take over an 8000-page PDF parsed twice: 122 s were
+# measured under `stress-ng --cpu 2` on a shared 2-core machine, ~10 s quiet.
+LOADED_RUN_S = 600.0
 
 _FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
 
@@ -282,3 +292,78 @@ def nul_text() -> bytes:
 def long_line_text(size: int = 2 * MIB) -> bytes:
     """A single ``size``-byte word: no spaces or newlines anywhere."""
     return b"x" * size
+
+
+# --- parser processes attacked from outside ----------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids of the processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _first_busy(pids: Iterable[int], not_before: set[int], used: Callable[[int], float]) -> int:
+    for pid in pids:
+        if pid not in not_before and cpu_seconds(pid) - used(pid) >= PARSING_CPU_S:
+            return pid
+    return 0
+
+
+def kill_busy_child(
+    parent: int, sig: int, *, not_before: set[int], timeout_s: float = BUSY_WAIT_S
+) -> int:
+    """Send ``sig`` to the child of ``parent`` (not one in ``not_before``) once it has
+    used PARSING_CPU_S of CPU: past its imports, inside the parse. Its pid.
+
+    Waits for the CPU the child has used, not for a time: on a loaded machine a child
+    can take seconds of wall clock to get that far.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pid = _first_busy(children_of(parent), not_before, lambda _: 0.0)
+        if pid:
+            os.kill(pid, sig)
+            return pid
+        time.sleep(0.02)
+    raise AssertionError(f"no parser child of {parent} got busy within {timeout_s}s")
+
+
+async def kill_busy_parser(
+    pids: Callable[[], Iterable[int]],
+    sig: int,
+    *,
+    not_before: set[int] = frozenset(),  # type: ignore[assignment]
+    used_before: dict[int, float] | None = None,
+    timeout_s: float = BUSY_WAIT_S,
+) -> int:
+    """:func:`kill_busy_child` for a pool in this process (``pids``: its
+    ``child_pids``), without blocking its loop. ``used_before``: CPU seconds a child
+    had used before the parse (a warmed-up child), counted off."""
+    before = used_before or {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pid = _first_busy(pids(), set(not_before), lambda p: before.get(p, 0.0))
+        if pid:
+            os.kill(pid, sig)
+            return pid
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no parser process got busy within {timeout_s}s")

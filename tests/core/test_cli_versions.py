@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 
 from core import Ledger, Settings, sqlite_url
+from core.ledger.search import SEARCH_LIMIT_MAX
+from tests.core.test_search import NO_WORDS
 
 CLI_TIMEOUT_S = 60.0  # seconds one command may take
 EXIT_OK, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_NOT_FOUND = 0, 2, 3, 4
@@ -409,6 +411,64 @@ def test_replaces_takes_one_file_and_no_idempotency_key(cli: Cli, tmp_path: Path
     assert [v["version_no"] for v in value(cli, "document", family)["versions"]] == [1]
     # add has no --replaces: a new version is uploaded, then submitted like any draft.
     assert "--replaces" in refused(cli, EXIT_BAD_INPUT, "add", "--replaces", family, a)
+
+
+def test_the_cli_acts_on_the_version_the_documents_name_means(cli: Cli, tmp_path: Path) -> None:
+    family = published_v1(cli, tmp_path)
+    (draft,) = value(cli, "upload", "--replaces", family, write(tmp_path / "v2.txt", V2_TEXT))
+    v2 = draft["document_id"]
+    submitted = ok(cli("submit", family))
+    assert f"document={v2} status=queued" in submitted.stdout
+    assert f"{family} names the document; its draft {v2[:8]} is the one submitted" in (
+        submitted.stdout
+    )
+    ok(cli("worker", "--until-idle"))
+    published = ok(cli("publish", family))
+    assert published.stdout.startswith(f"published document={family} version=v2 ({v2})")
+    assert f"{family} names the document; its version v2 is the one acted on" in published.stdout
+    (header, *lines) = ok(cli("chunks", family[:8])).lines
+    assert header == (
+        f"document={family} version=v2 ({v2}) published ({family[:8]} names the document; "
+        "its version v2 is the one shown):"
+    )
+    assert lines and all("sixty" in line for line in lines)
+    assert [c["document_id"] for c in value(cli, "chunks", family)] == [v2] * len(lines)
+    withdrawn = value(cli, "withdraw", family, "--reason", "stale")
+    assert (withdrawn["document_id"], withdrawn["status"]) == (v2, "withdrawn")
+    message = refused(cli, EXIT_CONFLICT, "withdraw", family, "--reason", "twice")
+    assert message == (
+        f"version 1 ({family[:8]}) of document {family[:8]} is retired; only published "
+        f"documents can be withdrawn; its newest version, 2 ({v2[:8]}), is withdrawn"
+    )
+    assert value(cli, "publish", family[:8])["document_id"] == v2
+
+
+def test_the_cli_shows_a_deleted_document_from_its_history(cli: Cli, tmp_path: Path) -> None:
+    family = published_v1(cli, tmp_path)
+    v2 = reviewed_v2(cli, tmp_path, family)
+    ok(cli("delete", family, "--reason", "gone"))
+    for ident in (family, family[:8], v2[:8]):
+        shown = ok(cli("document", ident)).stdout
+        assert "(deleted)" in shown, ident
+        assert re.search(r"delete +v1 +published -> -  reason='gone'", shown), shown
+        assert re.search(r"delete +v2 +review_pending -> -  reason='gone'", shown), shown
+    answer = value(cli, "document", v2)
+    assert (answer["deleted"], answer["status"], answer["document_id"]) == (True, "deleted", v2)
+    assert answer["reason"] == "gone" and answer["history"][-1]["action"] == "delete"
+    assert [(v["version_no"], v["status_before"]) for v in answer["versions"]] == [
+        (1, "published"),
+        (2, "review_pending"),
+    ]
+    assert value(cli, "document", family)["family_id"] == family
+
+
+def test_the_cli_search_refuses_what_the_ledger_would_not_do(cli: Cli, tmp_path: Path) -> None:
+    published_v1(cli, tmp_path)
+    for query in ("", "!!!", "((("):
+        assert refused(cli, EXIT_BAD_INPUT, "search", query) == NO_WORDS
+    message = refused(cli, EXIT_BAD_INPUT, "search", "reaper", "--limit", "5000")
+    assert "--limit" in message and f"from 1 to {SEARCH_LIMIT_MAX}" in message
+    assert len(value(cli, "search", "reaper", "--limit", str(SEARCH_LIMIT_MAX))) == 1
 
 
 def test_a_hostile_reason_is_kept_inert_and_shown_escaped(cli: Cli, tmp_path: Path) -> None:

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from core import BadInput, ErrorCode, Ledger, TaskStatus, parse_filter
+from core import (
+    BadInput,
+    Conflict,
+    DocumentStatus,
+    ErrorCode,
+    Ledger,
+    TaskStatus,
+    parse_filter,
+)
 from core.filters import (
     EVERY_TASK,
     FILTER_TERMS_MAX,
@@ -13,6 +23,15 @@ from core.filters import (
     FilterTooLarge,
 )
 from tests.conftest import FakeClock
+from tests.core.test_cli import (
+    MARKDOWN,
+    TEXT,
+    added,
+    core_cli,
+    write,
+)
+from tests.core.test_versions import published_doc
+from tests.core.test_worker import add
 
 
 async def seed(ledger: Ledger, clock: FakeClock) -> dict[str, str]:
@@ -141,6 +160,57 @@ async def test_bulk_retry_dry_run_then_execute(ledger: Ledger, clock: FakeClock)
     assert (history[-1].actor, history[-1].reason) == ("op", "parser upgraded")
 
 
+async def failed_then_superseded(ledger: Ledger) -> tuple[str, str]:
+    """A document whose v2 failed and was superseded by a newer upload; (family,
+    the failed task)."""
+    v1 = await published_doc(ledger)
+    v2 = await ledger.versions.replace(v1.document_id, b"lighthouse beta\n", "guide.md")
+    task = await ledger.operator.submit(v2.document_id)
+    claim = await ledger.queue.claim(task.task_id, "w1")
+    assert claim is not None
+    await ledger.queue.fail(claim, ErrorCode.PARSE_ERROR, "corrupt")
+    await ledger.versions.replace(v1.document_id, b"lighthouse gamma\n", "guide.md")
+    assert (await ledger.reads.get_document(v2.document_id)).status is DocumentStatus.RETIRED
+    return v1.document_id, task.task_id
+
+
+async def test_bulk_retry_counts_a_failed_task_of_a_retired_version_as_not_eligible(
+    ledger: Ledger,
+) -> None:
+    _, task_id = await failed_then_superseded(ledger)
+    with pytest.raises(Conflict, match="is retired, not failed"):
+        await ledger.operator.retry(task_id)
+    failed = parse_filter("status:failed")
+    dry = await ledger.operator.bulk_retry(failed, dry_run=True)
+    assert (dry.matched, dry.eligible) == (1, 0)
+    assert dry.ineligible == {"failed: its document is retired, not failed": 1}
+    done = await ledger.operator.bulk_retry(failed)
+    assert (done.eligible, done.done, done.refused) == (0, 0, 0)
+    assert (await ledger.reads.get_task(task_id)).status is TaskStatus.FAILED
+
+
+async def test_bulk_retry_still_requeues_a_failed_task_of_a_failed_document(
+    ledger: Ledger,
+) -> None:
+    doc = await ledger.operator.upload(b"lighthouse\n", "a.md")
+    task = await ledger.operator.submit(doc.document_id)
+    claim = await ledger.queue.claim(task.task_id, "w1")
+    assert claim is not None
+    await ledger.queue.fail(claim, ErrorCode.PARSE_ERROR, "corrupt")
+    other = await ledger.operator.upload(b"lighthouse two\n", "b.md")
+    gone = await ledger.operator.submit(other.document_id)
+    claim = await ledger.queue.claim(gone.task_id, "w1")
+    assert claim is not None
+    await ledger.queue.fail(claim, ErrorCode.PARSE_ERROR, "corrupt")
+    await ledger.versions.delete(other.document_id, actor="pat")
+    failed = parse_filter("status:failed")
+    dry = await ledger.operator.bulk_retry(failed, dry_run=True)
+    assert (dry.matched, dry.eligible) == (2, 1)
+    assert dry.ineligible == {"failed: its document no longer exists; upload it again": 1}
+    done = await ledger.operator.bulk_retry(failed)
+    assert (done.done, done.refused) == (1, 0)
+
+
 async def test_bulk_cancel_explains_what_it_skips(ledger: Ledger, clock: FakeClock) -> None:
     await seed(ledger, clock)
     result = await ledger.operator.bulk_cancel(EVERY_TASK, actor="op")
@@ -153,3 +223,51 @@ async def test_bulk_cancel_explains_what_it_skips(ledger: Ledger, clock: FakeClo
     counts = await ledger.reads.counts()
     assert counts[TaskStatus.CANCELLED] == 4
     assert counts[TaskStatus.QUEUED] == counts[TaskStatus.RUNNING] == 0
+
+
+NAMES = ("ÄRGER.txt", "ΣΟΦΙΑ.txt", "ärger-notes.md", "ΟΔΟΣ.txt", "İSTANBUL.txt", "plain.txt")
+
+
+# Each filter and the names it must find, in SQL (both backends) and in memory alike.
+FILTERS = {
+    "name:ÄRGER": {"ÄRGER.txt", "ärger-notes.md"},
+    "name:ärger": {"ÄRGER.txt", "ärger-notes.md"},
+    "name:RGER": {"ÄRGER.txt", "ärger-notes.md"},
+    "ΣΟΦ": {"ΣΟΦΙΑ.txt"},
+    "σοφια": {"ΣΟΦΙΑ.txt"},
+    # A final capital sigma folds as any sigma (str.lower would make it ς; SQL cannot).
+    "name:οδοσ": {"ΟΔΟΣ.txt"},
+    "name:istanbul": {"İSTANBUL.txt"},
+    "!name:Ärger": {"ΣΟΦΙΑ.txt", "ΟΔΟΣ.txt", "İSTANBUL.txt", "plain.txt"},
+}
+
+
+# `tasks --filter 'name:ÄRGER'` found nothing and 'name:RGER' found ÄRGER.txt: SQLite's
+# lower() folds ASCII only, and the dashboard's in-memory matcher (Python's lower())
+# disagreed with the SQL the ledger ran.
+async def test_filters_fold_every_script_alike_in_sql_and_in_memory(ledger: Ledger) -> None:
+    for name in NAMES:
+        await add(ledger, TEXT + name.encode(), name)
+    everything = await ledger.reads.list_tasks(limit=None)
+    names = {t.task_id: t.document_name for t in everything}
+
+    for text, expected in FILTERS.items():
+        task_filter = parse_filter(text)
+        in_sql = {names[t.task_id] for t in await ledger.reads.list_tasks(filter=task_filter)}
+        in_memory = {names[t.task_id] for t in everything if task_filter.matches(t)}
+        assert (in_sql, in_memory) == (expected, expected), text
+        assert await ledger.reads.count_tasks(task_filter) == len(expected), text
+        dry = await ledger.operator.bulk_cancel(task_filter, dry_run=True)
+        assert dry.eligible == len(expected), text
+
+
+def test_filters_fold_non_ascii_capitals_on_the_command_line(tmp_path: Path) -> None:
+    added(tmp_path, write(tmp_path / "ÄRGER.txt", TEXT), write(tmp_path / "ΣΟΦΙΑ.txt", MARKDOWN))
+
+    found = core_cli(tmp_path, "tasks", "--filter", "name:ÄRGER", "--json")
+    assert [t["document_name"] for t in found.value] == ["ÄRGER.txt"]
+    assert core_cli(tmp_path, "tasks", "--filter", "ΣΟΦ", "--json").value[0]["document_name"] == (
+        "ΣΟΦΙΑ.txt"
+    )
+    dry = core_cli(tmp_path, "cancel", "--filter", "name:ärger", "--dry-run", "--json")
+    assert dry.value["eligible"] == 1, dry

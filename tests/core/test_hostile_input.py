@@ -6,8 +6,10 @@ comment above it).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -31,6 +33,18 @@ from core.filters import EVERY_TASK
 from core.intake import display_name
 from core.safe_text import check_identifier, neutralise, visible
 from core.store import ObjectStore
+from tests.core.test_cli import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_UNEXPECTED,
+    MARKDOWN,
+    SCREENS,
+    added,
+    clean_env,
+    core_cli,
+    run,
+    write,
+)
 
 TEXT = b"A note about ingestion, long enough to index.\n"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -162,8 +176,6 @@ def test_an_interrupted_batch_leaves_no_document(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=60)
     assert "finished" not in out
 
-    import sqlite3
-
     with sqlite3.connect(db) as raw:
         assert raw.execute("SELECT count(*) FROM documents").fetchone() == (0,)
         assert raw.execute("SELECT count(*) FROM ingestion_tasks").fetchone() == (0,)
@@ -180,6 +192,23 @@ def test_control_and_invisible_characters_never_survive(hostile: str) -> None:
     assert display_name(hostile).isprintable()
     with pytest.raises(BadInput, match="control or invisible"):
         check_identifier(hostile, "worker id")
+
+
+# Letters and marks drawn as nothing that str.isprintable passes: `--actor a\u3164`
+# and `--worker-id w\u3164` were accepted, and names kept them, shown as a blank.
+@pytest.mark.parametrize("invisible", ["\u3164", "\ufe0f", "\u115f", "\u034f", "\U000e0100"])
+def test_invisible_letters_are_refused_in_ids_and_dropped_from_names(
+    tmp_path: Path, invisible: str
+) -> None:
+    name = f"re{invisible}port.txt"
+    (task,) = added(tmp_path, write(tmp_path / name, TEXT))
+    assert task["document_name"] == "report.txt"
+    refused = core_cli(tmp_path, "--actor", f"a{invisible}", "cancel", task["task_id"])
+    assert refused.code == EXIT_BAD_INPUT
+    assert "invisible characters" in refused.stderr
+    assert invisible not in refused.stderr  # shown as its escape
+    worker = core_cli(tmp_path, "worker", "--worker-id", f"w{invisible}")
+    assert worker.code == EXIT_BAD_INPUT
 
 
 def test_visible_shows_what_was_hidden() -> None:
@@ -218,6 +247,44 @@ async def test_opening_for_reading_never_creates_a_ledger(tmp_path: Path) -> Non
     with pytest.raises(LedgerUnavailable, match=r"no ledger at .* run `ingestdesk add`"):
         await Ledger.open(settings, create=False)
     assert not (tmp_path / "typo").exists()
+
+
+# `ingestdesk worker`, `dashboard --read-only`, `--db typo/ledger.db dashboard`, and
+# `add missing.txt` / `upload /dev/zero` (refused, exit 2) each left a new ledger (and
+# folders) behind in an empty directory.
+@pytest.mark.parametrize(
+    ("program", "args", "code", "says"),
+    [
+        ("core", ["worker"], EXIT_UNEXPECTED, "no ledger at"),
+        ("core", ["worker", "--until-idle"], EXIT_UNEXPECTED, "no ledger at"),
+        ("screens", ["dashboard", "--read-only"], EXIT_UNEXPECTED, "no ledger at"),
+        ("screens", ["--read-only"], EXIT_UNEXPECTED, "no ledger at"),
+        ("screens", ["--db", "typo/ledger.db", "dashboard"], EXIT_UNEXPECTED, "no folder"),
+        ("core", ["add", "missing.txt"], EXIT_BAD_INPUT, "missing.txt: no such file"),
+        ("core", ["upload", "/dev/zero"], EXIT_BAD_INPUT, "character device"),
+        ("core", ["add", "empty.txt"], EXIT_BAD_INPUT, "empty.txt: the file is empty"),
+        ("core", ["add", "picture.bin"], EXIT_BAD_INPUT, "unsupported file type"),
+        ("core", ["add", "a.md", "b.md", "--idempotency-key", "k1"], EXIT_BAD_INPUT, "one file"),
+        ("core", ["tokens", "list"], EXIT_UNEXPECTED, "no ledger at"),
+        ("core", ["tokens", "revoke", "someone"], EXIT_UNEXPECTED, "no ledger at"),
+    ],
+)
+def test_a_command_that_is_refused_leaves_no_ledger(
+    tmp_path: Path, program: str, args: list[str], code: int, says: str
+) -> None:
+    write(tmp_path / "empty.txt", b"")
+    write(tmp_path / "picture.bin", b"\x89PNG\r\n\x1a\n" + bytes(64))
+    write(tmp_path / "a.md", MARKDOWN)
+    write(tmp_path / "b.md", MARKDOWN + b"b")
+    before = set(tmp_path.iterdir())
+
+    result = run(args, cwd=tmp_path, program=SCREENS if program == "screens" else None)
+
+    assert result.code == code, result
+    assert says in result.stderr and result.stderr.count("\n") == 1, result
+    if "no ledger at" in says:
+        assert "run `ingestdesk add` or `ingestdesk demo` to create one" in result.stderr
+    assert set(tmp_path.iterdir()) == before  # no .ingestdesk/, no typo/
 
 
 # --db under a regular file gave a traceback.
@@ -295,6 +362,16 @@ def test_an_unusable_upload_cap_is_bad_input(value: str) -> None:
         settings_from(environ={"INGESTDESK_MAX_UPLOAD_MB": value}, home=Path("/nonexistent"))
 
 
+# A bad INGESTDESK_MAX_UPLOAD_MB refused even `tasks`, which uploads nothing.
+def test_a_bad_upload_cap_in_the_environment_refuses_only_uploads(tmp_path: Path) -> None:
+    added(tmp_path, write(tmp_path / "a.md", MARKDOWN))
+    env = clean_env(INGESTDESK_MAX_UPLOAD_MB="lots")
+    listed = core_cli(tmp_path, "tasks", "--json", env=env)
+    assert listed.code == EXIT_OK and len(listed.value) == 1, listed
+    refused = core_cli(tmp_path, "add", str(tmp_path / "a.md"), env=env)
+    assert refused.code == EXIT_BAD_INPUT and "INGESTDESK_MAX_UPLOAD_MB" in refused.stderr
+
+
 def test_a_usable_upload_cap_is_taken() -> None:
     assert upload_cap_bytes("0.5", "x") == 512 * 1024
     assert upload_cap_bytes(100, "x") == 100 * 1024 * 1024
@@ -307,7 +384,6 @@ def test_a_usable_upload_cap_is_taken() -> None:
 def test_a_uri_form_sqlite_url_is_refused_and_creates_nothing(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import asyncio
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(BadInput, match="plain file path"):

@@ -5,15 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
-from core import BadInput, Conflict, Ledger, Settings
+from core import (
+    BadInput,
+    Conflict,
+    Ledger,
+    Settings,
+)
 from core.errors import KeyReused
+from tests.api.conftest import start_server, stop_server
 from tests.conftest import FakeClock
+from tests.core.test_cli import (
+    EXIT_CONFLICT,
+    EXIT_OK,
+    MARKDOWN,
+    core_cli,
+    write,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTE = b"# Runbook\n\nRetry once; then report the task id.\n"
@@ -107,3 +122,56 @@ def test_the_cli_takes_an_idempotency_key(settings: Settings, tmp_path: Path) ->
     assert len(json.loads(cli(settings, "tasks", "--json").stdout)) == 1
     pruned = cli(settings, "prune", "--older-than", "0", "--json")
     assert json.loads(pruned.stdout)["idempotency_keys_removed"] == 1
+
+
+def objects(tmp_path: Path) -> set[Path]:
+    return {p for p in (tmp_path / "objects").rglob("*") if p.is_file()}
+
+
+# A batch refused after its originals were stored (an idempotency key used for other
+# content) left them in the store, referenced by no document.
+def test_a_refused_batch_leaves_no_orphan_object_and_keeps_shared_ones(tmp_path: Path) -> None:
+    a, b = write(tmp_path / "a.md", MARKDOWN), write(tmp_path / "b.md", MARKDOWN + b"other")
+    assert core_cli(tmp_path, "add", str(a), "--idempotency-key", "k1").code == EXIT_OK
+    kept = objects(tmp_path)
+    assert len(kept) == 1
+
+    reused = core_cli(tmp_path, "add", str(b), "--idempotency-key", "k1")
+    assert reused.code == EXIT_CONFLICT, reused
+    assert objects(tmp_path) == kept  # b's object, stored for nothing, is gone
+
+    # The same bytes as a stored document: the object is shared, and stays.
+    shared = core_cli(tmp_path, "upload", str(a), "--idempotency-key", "k1")
+    assert shared.code == EXIT_CONFLICT, shared
+    assert objects(tmp_path) == kept
+    with sqlite3.connect(tmp_path / "ledger.db") as raw:
+        (key,) = raw.execute("SELECT object_key FROM documents").fetchone()
+    assert (tmp_path / "objects" / key) in kept
+    assert core_cli(tmp_path, "worker", "--until-idle").code == EXIT_OK
+
+
+def test_an_idempotency_key_has_one_limit_and_one_message(
+    settings: Settings, tmp_path: Path
+) -> None:
+    note_file = tmp_path / "n.md"
+    note_file.write_bytes(b"# Keys\n\nOne limit.\n")
+    longest, too_long = "k" * 255, "k" * 256
+    ok = cli(settings, "add", str(note_file), "--idempotency-key", longest)
+    assert ok.returncode == 0, ok.stderr
+    refused = [cli(settings, "add", str(note_file), "--idempotency-key", k) for k in (too_long,)]
+    refused.append(cli(settings, "add", str(note_file), "--idempotency-key", "k" * 400))
+    for answer in refused:
+        assert answer.returncode == 2, answer.stderr
+        assert "idempotency key is longer than 255 characters" in answer.stderr
+    server = start_server(settings)
+    try:
+        with httpx.Client(base_url=server.base, timeout=30) as client:
+            upload = {"file": ("n.md", b"# Keys\n\nOver HTTP.\n")}
+            key = "Idempotency-Key"
+            fits = client.post("/api/documents", files=upload, headers={key: "h" * 255})
+            assert fits.status_code == 201, fits.text
+            over = client.post("/api/documents", files=upload, headers={key: too_long})
+            assert over.status_code == 422, over.text
+            assert "idempotency key is longer than 255 characters" in over.text
+    finally:
+        stop_server(server)

@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import text
+from sqlalchemy import event, text
 
-from core import Claim, ErrorCode, Ledger, ParserPool, TaskStatus, Worker
+from core import Claim, ErrorCode, Ledger, ParserPool, Settings, TaskStatus, Worker
 from core.ingest.keys import canonical_options, processing_key
 from tests import hostile
 from tests.conftest import FakeClock
+from tests.core.test_provider_drills import note
+from tests.core.test_worker import cli
 
 OPTION_NAMES = st.sampled_from(
     ["parser", "version", "chunk_size", "chunk_overlap", "chunker", "embedder"]
 )
+# Seconds the twins' run may take: far below rounds of 10 s waits for each other, and
+# generous for a loaded machine.
+TWINS_RUN_S = 90.0
 OPTIONS = st.dictionaries(OPTION_NAMES, st.text(min_size=1, max_size=12), min_size=1)
 
 
@@ -199,6 +205,72 @@ async def test_small_twins_claimed_together_run_once(ledger: Ledger) -> None:
     tasks = [await ledger.reads.get_task(task.task_id) for _, task in added if task]
     assert [t.status for t in tasks] == [TaskStatus.SUCCEEDED] * 2
     assert sum("reused_from" in t.options for t in tasks) == 1
+
+
+async def test_twins_handed_back_to_wait_reuse_the_verified_result_instead_of_waiting(
+    settings: Settings,
+) -> None:
+    """Three identical 176 KB files: the first made the result while the other two
+    were handed back to wait for it. Claimed again together, each looks for the
+    verified result first (and a waiter never counts as the holder): both reuse it
+    at once, instead of waiting for each other in 10 s rounds."""
+    # On the real clock (not the fixture's frozen one): worker processes claim what is due.
+    async with await Ledger.open(settings) as ledger:
+        data = note(3, paragraphs=2500)
+        assert len(data) > 170_000
+        [(_, made)] = await ledger.operator.add_many([(data, "copy1.md")], submit=True)
+        assert made is not None
+        done = cli(settings, "worker", "--until-idle")
+        assert done.returncode == 0, done.stderr
+        made_view = await ledger.reads.get_task(made.task_id)
+        key = made_view.options["processing_key"]
+        added = await ledger.operator.add_many(
+            [(data, "copy2.md"), (data, "copy3.md")], submit=True
+        )
+        twins = [t.task_id for _, t in added if t is not None]
+        for n, task_id in enumerate(twins):
+            claim = await ledger.queue.claim(task_id, f"w-twin-{n}")
+            assert claim is not None
+            # As Pipeline._defer left them while copy1 was being made (now due).
+            assert await ledger.queue.hand_back(
+                claim, reason="waiting for copy1", delay_s=0.0, waits_for_key=key
+            )
+        started = time.monotonic()
+        run = cli(settings, "worker", "--until-idle", "--concurrency", "2")
+        assert run.returncode == 0, run.stderr
+        assert time.monotonic() - started < TWINS_RUN_S
+        assert "deferred" not in run.stdout, run.stdout
+        for task_id in twins:
+            task = await ledger.reads.get_task(task_id)
+            assert task.status is TaskStatus.SUCCEEDED, (task, run.stdout)
+            # The first's result, or the other twin's copy of it if that one was quicker.
+            assert task.options["reused_from"] in {made.task_id, *twins} - {task_id}
+            assert task.attempt == 2  # the scene's claim, then one run
+
+
+async def test_looking_for_a_result_to_reuse_is_one_round_trip(ledger: Ledger) -> None:
+    """Holding the processing key and looking for a result to reuse are one write
+    transaction (they were a write and a read): a document costs its claim, that
+    look-up and its finish, nothing more."""
+    data = note(8, paragraphs=1200)
+    [(_, task)] = await ledger.operator.add_many([(data, "big.md")], submit=True)
+    assert task is not None
+    engine = ledger.transactions.engine  # type: ignore[attr-defined]
+    engine = getattr(engine, "sync_engine", engine)  # PostgreSQL's engine is async
+    transactions: list[object] = []
+
+    def begun(conn: object) -> None:
+        transactions.append(conn)
+
+    event.listen(engine, "begin", begun)
+    try:
+        async with ParserPool(workers=1) as pool:
+            worker = Worker(ledger, "w-round-trips", pool=pool, register=False)
+            assert await worker.run_task(task.task_id)
+    finally:
+        event.remove(engine, "begin", begun)
+    assert (await ledger.reads.get_task(task.task_id)).status is TaskStatus.SUCCEEDED
+    assert len(transactions) == 3  # claim, hold_or_reuse, finish
 
 
 async def test_a_small_note_submitted_again_is_reused_not_processed(ledger: Ledger) -> None:

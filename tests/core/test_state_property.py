@@ -69,6 +69,9 @@ T = TypeVar("T")
 MAX_ATTEMPTS = 2  # small, so that exhausted attempts happen within 30 steps
 LEASE_S = 30.0  # seconds
 BACKOFF_BASE_S = 2.0  # seconds
+# Below BACKOFF_BASE_S * 2: the cap holds from the second attempt on, so the capped
+# rule is checked within MAX_ATTEMPTS, not only at attempts no example reaches.
+BACKOFF_MAX_S = 3.0  # seconds
 ERROR_DETAIL_MAX = 500  # characters the ledger keeps of a failure's detail
 WORKERS = st.sampled_from(["worker-a", "worker-b"])
 STRANGER = "stranger"  # a worker id no claim is ever made with
@@ -102,6 +105,7 @@ class LedgerMachine(RuleBasedStateMachine):
             max_attempts=MAX_ATTEMPTS,
             lease_s=LEASE_S,
             backoff_base_s=BACKOFF_BASE_S,
+            backoff_max_s=BACKOFF_MAX_S,
         )
         # Ids decide claim_next's tie-break order, so they must repeat when hypothesis
         # replays an example; random uuids would make shrinking flaky.
@@ -408,7 +412,13 @@ class LedgerMachine(RuleBasedStateMachine):
         # An attempt that did not finish leaves no chunks behind.
         self.expected_chunks[claim.document_id] = []
         if ERRORS[code].transient and claim.attempt < claim.max_attempts:
-            ceiling = BACKOFF_BASE_S * 2 ** max(claim.attempt - 1, 0)
+            # Exponential in the attempt, capped at backoff_max_s, with equal jitter:
+            # between half the ceiling and the ceiling (the settings the ledger runs on).
+            ceiling = min(
+                self.settings.backoff_max_s,
+                self.settings.backoff_base_s * 2 ** max(claim.attempt - 1, 0),
+            )
+            event("retry backoff capped" if ceiling == self.settings.backoff_max_s else "retry")
             assert after.status is TaskStatus.RETRY_WAIT
             assert after.next_attempt_at is not None
             assert now + ceiling / 2 <= after.next_attempt_at <= now + ceiling

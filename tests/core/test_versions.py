@@ -17,7 +17,7 @@ import pytest
 
 from core import BadInput, Conflict, Ledger, NotFound, Settings
 from core.ledger import ChunkRecord, DocumentView
-from core.states import DocumentStatus, TaskStatus
+from core.states import DocumentStatus, ErrorCode, TaskStatus
 
 WORD = "lighthouse"  # in every version's text: a search that must always find one
 
@@ -277,6 +277,181 @@ SEARCHER = textwrap.dedent(
 ).format(word=WORD)
 
 
+async def version_ids(ledger: Ledger, family: str) -> dict[int, tuple[str, DocumentStatus]]:
+    return {v.version_no: (v.document_id, v.status) for v in await ledger.reads.versions(family)}
+
+
+async def test_the_documents_name_reaches_the_version_each_decision_is_about(
+    ledger: Ledger,
+) -> None:
+    v1 = await published_doc(ledger)
+    family = v1.document_id
+    v2 = await candidate(ledger, family, "beta")
+    # v1 is published, so "reject D" can only mean the version waiting for review.
+    rejected = await ledger.versions.reject(family, actor="pat", reason="typos")
+    assert (rejected.document_id, rejected.status) == (v2.document_id, DocumentStatus.DRAFT)
+    # "submit D": v1 is not a draft; its one draft is v2.
+    task = await ledger.operator.submit(family)
+    assert task.document_id == v2.document_id
+    claim = await ledger.queue.claim(task.task_id, "w1")
+    assert claim is not None
+    assert await ledger.queue.finish(claim, [ChunkRecord(0, f"{WORD} keeper beta", 1, 0, 9, None)])
+    published = await ledger.versions.publish(family, actor="pat")
+    assert (published.document_id, published.version_no) == (v2.document_id, 2)
+    assert markers(await ledger.reads.search(WORD)) == {"beta"}
+    # v1 is retired now: "withdraw D" is v2, and "publish D" puts v2 back.
+    withdrawn = await ledger.versions.withdraw(family, actor="pat", reason="stale")
+    assert (withdrawn.document_id, withdrawn.status) == (v2.document_id, DocumentStatus.WITHDRAWN)
+    back = await ledger.versions.publish(family, actor="pat")
+    assert (back.document_id, back.status) == (v2.document_id, DocumentStatus.PUBLISHED)
+    history = await ledger.reads.document_history(family)
+    assert [(e.action, e.version_no) for e in history[-4:]] == [
+        ("retire", 1),
+        ("publish", 2),
+        ("withdraw", 2),
+        ("publish", 2),
+    ]
+
+
+async def test_the_first_versions_id_reaches_a_newer_candidate_past_retired_ones(
+    ledger: Ledger,
+) -> None:
+    # The audit's case: v1 retired, v4 published, v5 waiting for review.
+    v1 = await published_doc(ledger)
+    for marker in ("beta", "gamma", "delta"):
+        version = await candidate(ledger, v1.document_id, marker)
+        await ledger.versions.publish(version.document_id)
+    v5 = await candidate(ledger, v1.document_id, "epsilon")
+    published = await ledger.versions.publish(v1.document_id)
+    assert (published.document_id, published.version_no) == (v5.document_id, 5)
+    assert markers(await ledger.reads.search(WORD)) == {"epsilon"}
+
+
+async def test_a_named_version_that_is_eligible_acts_itself(ledger: Ledger) -> None:
+    # v1 withdrawn, v2 waiting for review: v1's id is v1's own before it is the
+    # document's name, so publishing it puts v1 back and leaves v2 waiting.
+    v1 = await published_doc(ledger)
+    await ledger.versions.withdraw(v1.document_id, actor="pat", reason="check figures")
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    back = await ledger.versions.publish(v1.document_id)
+    assert back.document_id == v1.document_id
+    versions = await version_ids(ledger, v1.document_id)
+    assert versions[2] == (v2.document_id, DocumentStatus.REVIEW_PENDING)
+
+
+async def test_a_later_versions_id_never_acts_on_another_version(ledger: Ledger) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    with pytest.raises(Conflict) as refusal:
+        await ledger.versions.withdraw(v2.document_id, actor="pat", reason="no")
+    assert str(refusal.value) == (
+        f"version 2 ({v2.document_id[:8]}) of document {v1.document_id[:8]} is review_pending; "
+        f"only published documents can be withdrawn; its version 1 ({v1.document_id[:8]}) "
+        "is published: withdraw that"
+    )
+    assert (await ledger.reads.get_document(v1.document_id)).status is DocumentStatus.PUBLISHED
+
+
+async def test_two_versions_the_name_could_mean_are_a_conflict_naming_both(
+    ledger: Ledger,
+) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    await ledger.versions.publish(v2.document_id)
+    await ledger.versions.withdraw(v2.document_id, actor="pat", reason="check")
+    v3 = await candidate(ledger, v1.document_id, "gamma")
+    with pytest.raises(Conflict) as refusal:
+        await ledger.versions.publish(v1.document_id)
+    message = str(refusal.value)
+    assert message.startswith(
+        f"version 1 ({v1.document_id[:8]}) of document {v1.document_id[:8]} is retired; "
+    )
+    assert f"version 2 ({v2.document_id[:8]}) is withdrawn" in message
+    assert f"version 3 ({v3.document_id[:8]}) waits for review" in message
+    versions = await version_ids(ledger, v1.document_id)
+    assert [versions[n][1] for n in (2, 3)] == [
+        DocumentStatus.WITHDRAWN,
+        DocumentStatus.REVIEW_PENDING,
+    ]
+
+
+async def test_an_expected_row_version_belongs_to_the_version_named(ledger: Ledger) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    with pytest.raises(Conflict, match="publish it by its own id, whose row version you expect"):
+        await ledger.versions.publish(v1.document_id, expected_version=v2.version)
+    with pytest.raises(Conflict, match=rf"changed since you looked: now version {v2.version}"):
+        await ledger.versions.publish(v2.document_id, expected_version=v2.version - 1)
+    published = await ledger.versions.publish(v2.document_id, expected_version=v2.version)
+    assert published.version == v2.version + 1
+
+
+async def test_chunks_of_the_document_are_those_search_finds(ledger: Ledger) -> None:
+    from core.ledger import version_reads
+
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+
+    async def chunks(ident: str) -> tuple[DocumentView, list[str]]:
+        shown, found = await ledger.transactions.read(
+            lambda conn: version_reads.document_chunks(conn, ident)
+        )
+        return shown, [c.text.split()[2] for c in found]
+
+    # Each version's own chunks while it keeps them.
+    assert (await chunks(v1.document_id))[1] == ["alpha"] * 4
+    assert (await chunks(v2.document_id))[1] == ["beta"] * 4
+    await ledger.versions.publish(v2.document_id)
+    shown, texts = await chunks(v1.document_id[:8])
+    assert (shown.document_id, texts) == (v2.document_id, ["beta"] * 4)
+    await ledger.versions.withdraw(v2.document_id, actor="pat", reason="check")
+    assert (await chunks(v1.document_id))[0].document_id == v2.document_id  # kept, withdrawn
+    # A later version's id is its own: a rejected version shows none.
+    v3 = await candidate(ledger, v1.document_id, "gamma")
+    await ledger.versions.reject(v3.document_id, actor="pat", reason="no")
+    shown, texts = await chunks(v3.document_id)
+    assert (shown.document_id, texts) == (v3.document_id, [])
+
+
+async def test_submitting_the_documents_name_once_submits_its_draft_once(ledger: Ledger) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await ledger.versions.replace(v1.document_id, b"lighthouse beta\n", "guide.md")
+    first = await ledger.operator.submit_once(v1.document_id, key="k-1")
+    assert (first.replayed, first.value.document_id) == (False, v2.document_id)
+    again = await ledger.operator.submit_once(v1.document_id, key="k-1")
+    assert (again.replayed, again.value.task_id) == (True, first.value.task_id)
+    with pytest.raises(Conflict, match="only draft documents can be submitted"):
+        await ledger.operator.submit(v1.document_id)  # its draft is processing now
+
+
+async def test_a_deleted_documents_history_is_found_by_any_versions_prefix(
+    ledger: Ledger,
+) -> None:
+    v1 = await published_doc(ledger)
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    await ledger.versions.delete(v2.document_id, actor="pat", reason="gone")
+    for ident in (v1.document_id, v1.document_id[:6], v2.document_id[:6]):
+        history = await ledger.reads.document_history(ident)
+        assert history[-1].action == "delete" and history[-1].reason == "gone", ident
+        assert {e.family_id for e in history} == {v1.document_id}
+    with pytest.raises(NotFound):
+        await ledger.reads.document_history("f" * 32)
+
+
+async def test_cancel_and_retry_answers_carry_the_documents_name(ledger: Ledger) -> None:
+    doc = await ledger.operator.upload(b"lighthouse\n", "named.md")
+    task = await ledger.operator.submit(doc.document_id)
+    cancelled = await ledger.operator.cancel(task.task_id, reason="later")
+    assert cancelled.document_name == "named.md"
+    again = await ledger.operator.submit(doc.document_id)
+    claim = await ledger.queue.claim(again.task_id, "w1")
+    assert claim is not None
+    await ledger.queue.fail(claim, ErrorCode.PARSE_ERROR, "corrupt")
+    retried = await ledger.operator.retry(again.task_id)
+    assert (retried.status, retried.document_name) == (TaskStatus.QUEUED, "named.md")
+    assert retried.document_name == (await ledger.reads.get_task(again.task_id)).document_name
+
+
 def start_searcher(settings: Settings, stop: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", SEARCHER, settings.db_url, str(settings.store_root), str(stop)],
@@ -334,6 +509,32 @@ async def test_the_review_diff_shows_only_the_lines_that_changed(ledger: Ledger)
     assert review.added == ["an inserted line shifts every chunk boundary"]
     assert review.removed == []
     assert review.chunks_after > review.chunks_before > 1
+
+
+async def test_the_review_compares_with_the_withdrawn_version_publishing_retires(
+    ledger: Ledger,
+) -> None:
+    v1 = await published_doc(ledger)
+    await ledger.versions.withdraw(v1.document_id, actor="pat", reason="outdated")
+    v2 = await candidate(ledger, v1.document_id, "beta")
+    review = await ledger.reads.review(v2.document_id)
+    assert review.published is not None
+    assert (review.published.document_id, review.published.status) == (
+        v1.document_id,
+        DocumentStatus.WITHDRAWN,
+    )
+    assert (review.chunks_before, review.chunks_after) == (4, 4)
+    assert any("alpha" in line for line in review.removed)
+    # It is what publishing v2 retires.
+    await ledger.versions.publish(v2.document_id)
+    assert (await ledger.reads.get_document(v1.document_id)).status is DocumentStatus.RETIRED
+
+
+async def test_a_first_version_has_nothing_to_compare_with(ledger: Ledger) -> None:
+    doc = await ledger.operator.upload(b"lighthouse\n", "first.md")
+    await finish_version(ledger, doc, "alpha")
+    review = await ledger.reads.review(doc.document_id)
+    assert review.published is None and review.chunks_before == 0
 
 
 async def test_the_search_index_stays_exact_through_every_version_move(ledger: Ledger) -> None:

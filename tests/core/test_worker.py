@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import subprocess
@@ -28,7 +29,18 @@ from core.ingest.parsing import DEFAULT_PARSER
 from core.ingest.worker import Worker, WorkerEvent
 from tests import hostile
 from tests.conftest import FakeClock
+from tests.core.test_cli import (
+    CLI_TIMEOUT_S,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    added,
+    start_core_cli,
+    task_row,
+    write,
+)
+from tests.hostile import kill_busy_child
 
+STARTUP_WAIT_S = 120.0  # seconds a worker process may take to start on a loaded machine
 MARKDOWN = b"# Runbook\n\nRestart the ingestion worker when the lease expires.\n"
 
 
@@ -445,9 +457,76 @@ async def test_stop_hands_back_running_tasks(ledger: Ledger, pool: ParserPool) -
     assert history[-1].reason == "handed back on shutdown"
 
 
+@functools.cache
+def slow_pdf() -> bytes:
+    """A PDF whose parse outlasts a stopping worker's 10 s of grace: handed back."""
+    # 400 pages of about 3 s each: its budget (10 s + 0.5 s a page, so 210 s) outlasts
+    # a loaded machine's wait for the parse to start; 20 pages (20 s) did not.
+    return hostile.slow_pdf(pages=400)
+
+
+# `timeout -s INT 3 ingestdesk worker --json` exited 0, its JSON without a sign of the
+# interruption or of the task it handed back; the README says 130 for interrupted.
+@pytest.mark.parametrize("mode", [[], ["--loop"]])
+def test_a_worker_interrupted_by_sigint_exits_130_and_says_what_it_handed_back(
+    tmp_path: Path, mode: list[str]
+) -> None:
+    (task,) = added(tmp_path, write(tmp_path / "slow.pdf", slow_pdf()))
+    proc = start_core_cli(tmp_path, "worker", *mode, "--json", "--worker-id", "w1")
+    try:
+        kill_busy_child(proc.pid, 0, not_before=set())  # signal 0: wait until it parses
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    summary = json.loads(out)
+    assert (summary["interrupted"], summary["stopped_by"]) == (True, "SIGINT")
+    assert summary["handed_back"] == [task["task_id"]]
+    assert task_row(tmp_path, task["task_id"])["status"] == "retry_wait"
+
+
+def test_a_worker_stopped_by_sigterm_still_exits_0_and_says_so(tmp_path: Path) -> None:
+    (task,) = added(tmp_path, write(tmp_path / "slow.pdf", slow_pdf()))
+    proc = start_core_cli(tmp_path, "worker", "--loop", "--worker-id", "w1")
+    try:
+        kill_busy_child(proc.pid, 0, not_before=set())  # signal 0: wait until it parses
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+
+    assert proc.returncode == EXIT_OK, err
+    assert (
+        f"worker=w1 stopped by SIGTERM; handed back to the queue: task={task['task_id']}"
+        in out.decode()
+    )
+
+
+def wait_registered(settings: Settings, worker_id: str, proc: subprocess.Popen[str]) -> None:
+    """Until the worker process has registered in the ledger: its signal handlers are
+    in place by then (a SIGTERM before them kills it, exit -15, as it should)."""
+
+    async def registered() -> bool:
+        async with await Ledger.open(settings) as ledger:
+            return worker_id in {w.worker_id for w in await ledger.registry.workers()}
+
+    deadline = time.monotonic() + STARTUP_WAIT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if asyncio.run(registered()):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"worker {worker_id} did not register within {STARTUP_WAIT_S}s")
+
+
 def test_sigterm_stops_a_looping_worker_cleanly(settings: Settings, tmp_path: Path) -> None:
     proc = start_cli(settings, "worker", "--loop", "--worker-id", "looper")
-    time.sleep(2.0)
+    wait_registered(settings, "looper", proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err

@@ -7,10 +7,12 @@ would with ``ps``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -20,12 +22,25 @@ from pathlib import Path
 
 import pytest
 
-from core import BadInput, DocumentStatus, ErrorCode, Ledger, Settings, Stage, TaskStatus
+from core import ERRORS, BadInput, DocumentStatus, ErrorCode, Ledger, Settings, Stage, TaskStatus
 from core.ingest.embedder import HashingEmbedder
 from core.ingest.parse_pool import ParserPool
+from core.ingest.parsing import ParseFailure, ParserKilled
 from core.ingest.worker import Worker, WorkerEvent
 from tests import hostile
+from tests.conftest import FakeClock
+from tests.core.test_cli import (
+    CLI_TIMEOUT_S,
+    EXIT_OK,
+    added,
+    core_cli,
+    json_records,
+    start_core_cli,
+    task_row,
+    write,
+)
 from tests.core.test_worker import add, cli, start_cli
+from tests.hostile import children_of, kill_busy_child, kill_busy_parser
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="watches processes through /proc"
@@ -54,20 +69,6 @@ def running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
 def seconds_until_gone(pid: int, *, give_up_s: float = 15.0) -> float:
     started = time.monotonic()
     while running(pid) and time.monotonic() - started < give_up_s:
@@ -75,7 +76,9 @@ def seconds_until_gone(pid: int, *, give_up_s: float = 15.0) -> float:
     return time.monotonic() - started
 
 
-async def until_stage(ledger: Ledger, task_id: str, stage: Stage, timeout_s: float = 30) -> None:
+async def until_stage(
+    ledger: Ledger, task_id: str, stage: Stage, timeout_s: float = hostile.BUSY_WAIT_S
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if (await ledger.reads.get_task(task_id)).stage is stage:
@@ -84,7 +87,7 @@ async def until_stage(ledger: Ledger, task_id: str, stage: Stage, timeout_s: flo
     raise AssertionError(f"task never reached stage {stage}")
 
 
-async def busy_parser(pool: ParserPool, timeout_s: float = 30) -> int:
+async def busy_parser(pool: ParserPool, timeout_s: float = hostile.BUSY_WAIT_S) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if pool.child_pids:
@@ -112,7 +115,7 @@ async def test_cancel_during_a_long_parse_kills_its_parser_and_the_worker_goes_o
         await ledger.operator.cancel(long_id, actor="op")
         stopped_after = await asyncio.to_thread(seconds_until_gone, pid)
 
-        stats = await asyncio.wait_for(run, 60)
+        stats = await asyncio.wait_for(run, hostile.LOADED_RUN_S)
         assert pool.children_started == 2  # the killed parser was replaced
 
     # The work stopped within about a second (the next heartbeat), not after the
@@ -146,7 +149,7 @@ def test_a_parser_dies_with_its_worker_killed_by_sigkill(
     victim = start_cli(settings, "worker", task_id, "--worker-id", "victim")
     try:
         asyncio.run(until_parsing())
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + hostile.BUSY_WAIT_S
         while not (parsers := children_of(victim.pid)) and time.monotonic() < deadline:
             time.sleep(0.01)
         (parser,) = parsers
@@ -173,7 +176,7 @@ async def test_a_parser_killed_from_outside_does_not_fail_a_good_document(ledger
         await until_stage(ledger, task_id, Stage.PARSE)
         os.kill(await busy_parser(pool), signal.SIGKILL)  # an operator's kill, the OOM killer
 
-        stats = await asyncio.wait_for(run, 120)
+        stats = await asyncio.wait_for(run, hostile.LOADED_RUN_S)
 
     assert stats.outcomes == {task_id: "succeeded"}
     task = await ledger.reads.get_task(task_id)
@@ -182,6 +185,143 @@ async def test_a_parser_killed_from_outside_does_not_fail_a_good_document(ledger
 
 
 # ------------------------------------------------------- a broken log sink
+
+
+# The audit's drill, smaller: while a loop kill -9s the worker's parser processes every
+# 0.1 to 0.3 s, no task fails for good and the worker does not stop (a child killed
+# while it was starting read as "cannot start a parser process": exit 1, tasks back).
+# The loop stops before any task can reach a third attempt (backoff: 1-2 s, then 2-4 s),
+# so none uses up its attempts; test_a_parser_killed_on_every_attempt_ends_failed
+# covers that.
+KILL_LOOP_S = 2.5  # seconds
+
+
+# 60 valid PDFs, a loop kill -9-ing the parser child: 10 tasks ended
+# `failed|parse_error|parser process died`. A signal ingestdesk did not send is not the
+# document's fault: retry_wait with parser_killed, and the task succeeds once nothing
+# kills its parser. (The death lines went to the terminal bare, too.)
+def test_a_parser_killed_twice_from_outside_is_retried_not_failed(tmp_path: Path) -> None:
+    (task,) = added(tmp_path, write(tmp_path / "long.pdf", long_pdf()))
+    task_id = task["task_id"]
+    proc = start_core_cli(
+        tmp_path, "worker", "--until-idle", "--log-format", "json", "--json", "--worker-id", "w1"
+    )
+    try:
+        first = kill_busy_child(proc.pid, signal.SIGKILL, not_before=set())
+        second = kill_busy_child(proc.pid, signal.SIGKILL, not_before={first})
+        out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+
+    assert proc.returncode == EXIT_OK, err
+    assert json.loads(out)["outcomes"] == {task_id: "retry_wait"}
+    row = task_row(tmp_path, task_id)
+    assert (row["status"], row["error_code"], row["attempt"]) == ("retry_wait", "parser_killed", 1)
+    assert ERRORS[ErrorCode.PARSER_KILLED].transient
+    records = json_records(err)
+    deaths = [r for r in records if r["message"].startswith("parser process ")]
+    assert [r["message"].split()[2] for r in deaths[:2]] == [str(first), str(second)]
+    assert all((r["task_id"], r["level"]) == (task_id, "WARNING") for r in deaths)
+    assert "SIGKILL" in deaths[0]["message"]
+
+    # Once it is due (2 s of backoff, with jitter), the next worker finishes it.
+    deadline = time.monotonic() + hostile.BUSY_WAIT_S
+    while True:
+        drained = core_cli(tmp_path, "worker", "--until-idle", "--json")
+        assert drained.code == EXIT_OK, drained
+        if drained.value["outcomes"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert drained.value["outcomes"] == {task_id: "succeeded"}
+
+
+def test_a_kill_loop_on_the_parsers_fails_no_document(tmp_path: Path) -> None:
+    pdfs = [
+        write(tmp_path / f"doc{i}.pdf", hostile.make_pdf([f"page {p} of {i}" for p in range(300)]))
+        for i in range(8)
+    ]
+    tasks = added(tmp_path, *pdfs)
+    proc = start_core_cli(tmp_path, "worker", "--until-idle", "--json")
+    kills = 0
+    stop_killing = time.monotonic() + KILL_LOOP_S
+    try:
+        while proc.poll() is None and time.monotonic() < stop_killing:
+            for pid in children_of(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    kills += 1
+            time.sleep(random.uniform(0.1, 0.3))
+        out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+
+    assert proc.returncode == EXIT_OK, err
+    assert kills > 0
+    outcomes = json.loads(out)["outcomes"]
+    assert set(outcomes.values()) <= {"succeeded", "retry_wait"}, outcomes
+    for task in tasks:
+        row = task_row(tmp_path, task["task_id"])
+        assert row["error_code"] in (None, "parser_killed"), row
+    # Nothing kills them now: each is done by the next workers, once due.
+    deadline = time.monotonic() + hostile.BUSY_WAIT_S
+    while time.monotonic() < deadline:
+        listed = core_cli(tmp_path, "tasks", "--json").value
+        if all(t["status"] == "succeeded" for t in listed):
+            break
+        assert core_cli(tmp_path, "worker", "--until-idle").code == EXIT_OK
+        time.sleep(0.5)
+    assert {t["status"] for t in core_cli(tmp_path, "tasks", "--json").value} == {"succeeded"}
+
+
+async def test_outside_kills_and_crashes_are_told_apart() -> None:
+    async with ParserPool(workers=1) as pool:
+        await pool.parse(b"warm up", "text")
+        for sig, expected in (
+            (
+                signal.SIGKILL,
+                (ErrorCode.PARSER_KILLED, "parser process killed from outside (SIGKILL)"),
+            ),
+            # A crash is the document's (a native parser's segfault, an abort): for good.
+            (signal.SIGSEGV, (ErrorCode.PARSE_ERROR, "parser process died")),
+            (signal.SIGABRT, (ErrorCode.PARSE_ERROR, "parser process died")),
+        ):
+            parsing = asyncio.create_task(pool.parse(long_pdf(), "pdf"))
+            first = await kill_busy_parser(lambda: pool.child_pids, sig, not_before=set())
+            await kill_busy_parser(lambda: pool.child_pids, sig, not_before={first})
+            with pytest.raises(ParseFailure) as caught:
+                await parsing
+            assert (caught.value.code, caught.value.reason) == expected, sig
+            assert isinstance(caught.value, ParserKilled) == (sig == signal.SIGKILL)
+        doc = await pool.parse(b"still parsing", "text")
+        assert doc.chunks[0].text == "still parsing"
+
+
+# A document whose parser is killed on every attempt must not loop for ever: transient,
+# so retried with backoff, and failed (parser_killed) once its attempts are used up.
+async def test_a_parser_killed_on_every_attempt_ends_failed(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    task_id = await add(ledger, long_pdf(), "long.pdf")
+    async with ParserPool(workers=1) as pool:
+        for attempt in (1, 2, 3):
+            worker = Worker(ledger, f"w{attempt}", pool=pool)
+            run_ = asyncio.create_task(worker.run(until_idle=True))
+            first = await kill_busy_parser(
+                lambda: pool.child_pids, signal.SIGKILL, not_before=set()
+            )
+            await kill_busy_parser(lambda: pool.child_pids, signal.SIGKILL, not_before={first})
+            stats = await asyncio.wait_for(run_, hostile.LOADED_RUN_S)
+            task = await ledger.reads.get_task(task_id)
+            assert (task.attempt, task.error_code) == (attempt, ErrorCode.PARSER_KILLED)
+            assert stats.outcomes == {task_id: "failed" if attempt == 3 else "retry_wait"}, attempt
+            clock.advance(3600)  # past any backoff
+    assert task.status is TaskStatus.FAILED
+    document = await ledger.reads.get_document(task.document_id)
+    assert document.status is DocumentStatus.FAILED
 
 
 async def test_a_log_sink_that_breaks_does_not_fail_the_task(ledger: Ledger) -> None:
@@ -276,7 +416,7 @@ async def test_a_parser_that_cannot_start_hands_the_task_back_and_stops_the_work
         broken.setattr(sys, "executable", "/bin/false")
         async with ParserPool(workers=1) as pool:
             worker = Worker(ledger, "w-broken", pool=pool, on_event=events.append)
-            await asyncio.wait_for(worker.run(until_idle=True), 60)
+            await asyncio.wait_for(worker.run(until_idle=True), hostile.LOADED_RUN_S)
     assert worker.fault is not None and "failed to start" in worker.fault
     assert any(e.kind == "stopped" for e in events)
     for task_id in (first, second):

@@ -19,7 +19,9 @@ from core.states import RequestState
 from tests.conftest import FakeClock
 
 APP_SIZE = (160, 50)  # columns, rows of every test terminal
-WAIT_S = 10.0  # seconds a test waits for the app to show something
+# Seconds a test waits for the app to show something: generous, since a wait ends as
+# soon as its condition holds and a loaded 2-core machine can take many polls.
+WAIT_S = 60.0
 
 
 class CountingIds:

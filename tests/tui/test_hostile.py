@@ -246,7 +246,7 @@ async def test_race_log_lines_are_escaped(empty: Seeded) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, RaceScreen))
         race = app.screen
         assert isinstance(race, RaceScreen)
-        await wait_for(pilot, lambda: race.outcome is not None, within=30, what="the race")
+        await wait_for(pilot, lambda: race.outcome is not None, what="the race")
         race._writer(RACERS[0])(WorkerEvent(RACERS[0], None, "failed", f"detail={EVIL_DETAIL}"))
         log = race.query_one(f"#log-{RACERS[0]}", Log)
         await wait_for(pilot, lambda: "bad\\x1b[31mred" in log.lines[-1], what="the line")

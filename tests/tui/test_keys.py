@@ -430,7 +430,7 @@ async def test_poll_errors_are_reported_not_raised(seeded: Seeded) -> None:
         await wait_for(pilot, lambda: any("disk went away" in m for m in notes(app)))
         seeded.ledger.reads.tasks_since = original  # type: ignore[method-assign]
         new = await submit(seeded, "after-recovery.md")
-        await wait_for(pilot, lambda: new.task_id in table(app).tasks, within=15)
+        await wait_for(pilot, lambda: new.task_id in table(app).tasks)
         assert app.is_running
 
 
@@ -443,7 +443,7 @@ async def test_failures_screen_follows_new_failures(seeded: Seeded) -> None:
         claim = await seeded.ledger.queue.claim(seeded.id("queued-memo.md"), "w4")
         assert claim is not None
         await seeded.ledger.queue.fail(claim, ErrorCode.INTERNAL_ERROR, "KeyError")
-        await wait_for(pilot, lambda: "internal_error|download" in screen.groups, within=5)
+        await wait_for(pilot, lambda: "internal_error|download" in screen.groups)
 
 
 async def test_a_short_window_is_refilled(seeded: Seeded) -> None:
@@ -462,7 +462,6 @@ async def test_a_short_window_is_refilled(seeded: Seeded) -> None:
                 set(table(app).tasks)
                 == {seeded.id("corrupt-export.md"), seeded.id("scanned-receipt.md")}
             ),
-            within=6,
             what="the window to refill",
         )
 

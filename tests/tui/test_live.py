@@ -74,14 +74,14 @@ async def test_claim_race_has_exactly_one_winner(empty: Seeded) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, RaceScreen))
         screen = app.screen
         assert isinstance(screen, RaceScreen)
-        await wait_for(pilot, lambda: screen.outcome is not None, within=30, what="the race")
+        await wait_for(pilot, lambda: screen.outcome is not None, what="the race")
         assert screen.outcome is not None and sorted(screen.outcome) == [False, True]
         logs = {r: "\n".join(screen.query_one(f"#log-{r}", Log).lines) for r in RACERS}
         winner, loser = RACERS if screen.outcome[0] else RACERS[::-1]
         assert "claimed task=" in logs[winner] and "claim missed" not in logs[winner]
         assert "claim missed task=" in logs[loser] and "claimed task=" not in logs[loser]
         await pilot.press("q")
-        await wait_for(pilot, lambda: not app.is_running, within=20)
+        await wait_for(pilot, lambda: not app.is_running)
     tasks = await empty.ledger.reads.list_tasks()
     assert len(tasks) == 1 and tasks[0].worker_id == winner
 
@@ -118,7 +118,6 @@ async def test_writes_from_another_process_appear(tmp_path: Path) -> None:
             await wait_for(
                 pilot,
                 lambda: any(t.document_name == note.name for t in table.tasks.values()),
-                within=5,
                 what="the other process's task",
             )
             assert app.mirror.counts[TaskStatus.QUEUED] == 1

@@ -126,14 +126,13 @@ async def test_workers_embed_through_the_provider(empty: Seeded, tmp_path: Path)
             await wait_for(
                 pilot,
                 lambda: app.mirror.counts[TaskStatus.SUCCEEDED] == 1,
-                within=30,
                 what="the task to be embedded through the provider",
             )
             line = dashboard(app).query_one(ProviderLine)
             app.poll_soon()  # the provider counts are a slow read
             await wait_for(pilot, lambda: line.display, what="the provider line")
             await pilot.press("q")
-            await wait_for(pilot, lambda: not app.is_running, within=20)
+            await wait_for(pilot, lambda: not app.is_running)
     requests = await empty.ledger.providers.for_task(task.task_id)
     assert requests and {r.state for r in requests} == {RequestState.DONE}
     assert all(r.endpoint == provider.endpoint for r in requests)

@@ -164,6 +164,30 @@ async def test_what_a_user_typed_or_a_document_holds_is_shown_as_written(empty: 
         assert "1 hit for “[/alarm”" in shown
 
 
+async def test_a_query_without_words_says_so_and_drops_the_last_hits(empty: Seeded) -> None:
+    from textual.widgets import OptionList
+
+    from tests.tui.conftest import seed_versions
+    from tests.tui.test_search import open_search
+
+    await seed_versions(empty)
+    app = make_app(empty)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await ready(pilot, rows=0)
+        screen = await open_search(pilot)
+        await pilot.press(*"helmets", "enter")
+        hits = screen.query_one("#search-hits", OptionList)
+        await wait_for(pilot, lambda: hits.option_count == 1, what="a hit")
+        await pilot.press("escape")  # from the hits back to the box
+        box = screen.query_one("#search-query")
+        assert box.has_focus
+        await pilot.press(*["backspace"] * 7, *"!!!", "enter")
+        await wait_for(pilot, lambda: screen.searched == "!!!", what="the refusal")
+        status = str(screen.query_one("#search-status", Static).content)
+        assert status == "nothing to search for: the query has no words"
+        assert hits.option_count == 0 and screen.hits == {}
+
+
 def test_snippets_mark_words_and_escape_everything_else() -> None:
     shown = snippet_text("the **ledger**\nkeeps\t[b]**audit**[/b] \x07 trails**")
     assert shown.plain == "the ledger keeps [b]audit[/b] \\x07 trails**"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from tests.tui.conftest import APP_SIZE, Seeded, wait_for
 from tests.tui.driving import dashboard, make_app, ready, screen_text, table
-from tui.screens.dashboard import SIDE_PANEL_FROM
+from tui.screens.dashboard import SIDE_PANEL_FROM, DashboardScreen
+from tui.screens.search import SearchScreen
 from tui.widgets.task_columns import NARROW, WIDE
 
 SMALL = (80, 24)  # columns, rows
@@ -96,3 +97,35 @@ async def test_at_the_breakpoint_every_column_of_the_narrow_layout_fits(seeded: 
             assert side is (width >= SIDE_PANEL_FROM)
             # Whichever layout is drawn fits without scrolling to the error column.
             assert tasks.column_layout.end_of("error") <= tasks.scrollable_content_region.width
+
+
+async def test_an_80_column_dashboard_footer_shows_search(seeded: Seeded) -> None:
+    app = make_app(seeded)
+    async with app.run_test(size=SMALL) as pilot:
+        await ready(pilot, rows=len(seeded.tasks))
+        await pilot.pause(0.2)
+        footer = screen_text(app).splitlines()[-1]
+        assert "^f Search" in footer and "v Review" in footer and "i Panel" in footer
+        await pilot.press("ctrl+f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen), what="search")
+
+
+async def test_a_wide_dashboard_keeps_search_last_and_the_palette_hint(seeded: Seeded) -> None:
+    app = make_app(seeded)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await ready(pilot, rows=len(seeded.tasks))
+        await pilot.pause(0.2)
+        footer = screen_text(app).splitlines()[-1]
+        assert footer.rstrip().endswith("^p palette")
+        assert footer.index("^f Search") > footer.index("R Race")
+        # Narrow and back: the footer follows the width.
+        await pilot.resize_terminal(*SMALL)
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, DashboardScreen) and app.screen.has_class("-narrow")
+        narrow = screen_text(app).splitlines()[-1]
+        assert "^f Search" in narrow and "palette" not in narrow
+        await pilot.resize_terminal(160, 50)
+        await pilot.pause(0.3)
+        assert screen_text(app).splitlines()[-1].rstrip().endswith("^p palette")
+        await pilot.press("ctrl+f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen), what="search")
