@@ -232,9 +232,7 @@ def test_location_round_trips_through_its_stored_form() -> None:
 # --- failures are the document's, with a stable code -----------------------------------------
 
 
-@pytest.mark.parametrize(
-    "name", ["password_protected.xlsx", "bug53475-password-is-pass.docx"]
-)
+@pytest.mark.parametrize("name", ["password_protected.xlsx", "bug53475-password-is-pass.docx"])
 def test_encrypted_office_files_need_a_password(name: str) -> None:
     with pytest.raises(ParseFailure) as failure:
         parsed(name)

@@ -53,7 +53,14 @@ def library_failure(exc: BaseException, what: str) -> str:
         return OUT_OF_MEMORY_REASON
     if isinstance(exc, RecursionError):
         return f"{what} structure nested too deeply"
-    message = str(exc).lower()
+    # Libraries wrap the parser's error (openpyxl: "could not read worksheets"): the
+    # cause says what it was.
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and len(chain) < 5:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    message = " ".join(f"{type(e).__name__} {e}" for e in chain).lower()
     if "depth" in message and "excessive" in message:  # libxml2 past 256 levels
         return f"{what} XML nested too deeply (limit 256 levels)"
     if "entit" in message:  # defusedxml, libxml2 entity errors
