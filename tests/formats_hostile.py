@@ -11,7 +11,8 @@ import zipfile
 DOCX_CONTENT_TYPES = (
     b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
     b'<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
-    b'<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+    b'<Default Extension="rels" '
+    b'ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
     b'<Default Extension="xml" ContentType="application/xml"/>'
     b'<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-'
     b'officedocument.wordprocessingml.document.main+xml"/></Types>'
@@ -105,7 +106,8 @@ def truncated(data: bytes) -> bytes:
 XLSX_CONTENT_TYPES = (
     b'<?xml version="1.0" encoding="UTF-8"?>'
     b'<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
-    b'<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+    b'<Default Extension="rels" '
+    b'ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
     b'<Default Extension="xml" ContentType="application/xml"/>'
     b'<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-'
     b'officedocument.spreadsheetml.sheet.main+xml"/>'

@@ -4,8 +4,10 @@ document as if nothing happened."""
 
 from __future__ import annotations
 
+import io
 import socket
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -64,11 +66,9 @@ def test_zip_guards_read_only_the_directory() -> None:
     data = h.zip_bomb()
     started = time.process_time()
     for _ in range(20):
+        archive = zipfile.ZipFile(io.BytesIO(data))
         with pytest.raises(limits.LimitExceeded):
-            import io
-            import zipfile
-
-            limits.check_zip(zipfile.ZipFile(io.BytesIO(data)), "DOCX")
+            limits.check_zip(archive, "DOCX")
     assert time.process_time() - started < 2.0
 
 
@@ -102,10 +102,11 @@ async def test_external_entities_are_never_fetched_in_the_parser_process(
             data = h.external_entity_docx(url)
             try:
                 doc = await pool.parse(data, DocumentKind.DOCX)
-            except ParseFailure as failure:
-                assert failure.code is ErrorCode.PARSE_ERROR
-            else:
-                assert "TOP-SECRET" not in " ".join(c.text for c in doc.chunks)
+                read = " ".join(c.text for c in doc.chunks)
+            except ParseFailure as failure:  # refusing the entity is fine too
+                read = failure.code.value
+            assert "TOP-SECRET" not in read
+            assert read == "parse_error" or read.startswith("outside:")
     assert _nobody_connected(listener)
 
 
