@@ -53,7 +53,7 @@ def format_info(kind: DocumentKind | str, parser: str) -> dict[str, str]:
     """What parsed a document, as recorded on its task and in its processing key:
     PDFs name the PDF parser, text and Markdown ``text`` (as before formats had
     modules, so their keys are unchanged), others their library and its version."""
-    from core.ingest.parsing import parser_info
+    from core.ingest.failures import parser_info
 
     fmt = format_for(kind)
     if fmt.kind is DocumentKind.PDF:

@@ -17,7 +17,13 @@ from core.states import DocumentKind
 
 if TYPE_CHECKING:
     from core.ingest.parser_warnings import WarningCollector
-    from core.ingest.parsing import ParseRequest
+
+
+class ParseOptions(Protocol):
+    """What a parser may read of the request (a :class:`core.ingest.parsing.ParseRequest`)."""
+
+    @property
+    def parser(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ class Parser(Protocol):
     """
 
     def __call__(
-        self, data: bytes, request: ParseRequest, warnings: WarningCollector
+        self, data: bytes, request: ParseOptions, warnings: WarningCollector
     ) -> Extracted: ...
 
 

@@ -15,8 +15,8 @@ from core.ingest.limits import TableBudget
 from core.states import DocumentKind, ErrorCode
 
 if TYPE_CHECKING:
+    from core.ingest.formats.base import ParseOptions
     from core.ingest.parser_warnings import WarningCollector
-    from core.ingest.parsing import ParseRequest
 
 WHAT = "CSV"
 DELIMITERS = ",;\t|"
@@ -31,8 +31,8 @@ def dialect_of(sample: str) -> type[csv.Dialect]:
         return csv.excel
 
 
-def parse(data: bytes, request: ParseRequest, warnings: WarningCollector) -> Extracted:
-    from core.ingest.parsing import ParseFailure
+def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
+    from core.ingest.failures import ParseFailure
 
     text = decoded(data, warnings, WHAT).replace("\x00", "")
     reader = csv.reader(io.StringIO(text), dialect_of(text[:SNIFF_CHARS]))

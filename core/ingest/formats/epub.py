@@ -24,8 +24,8 @@ from core.states import DocumentKind, ErrorCode
 if TYPE_CHECKING:
     from xml.etree.ElementTree import Element
 
+    from core.ingest.formats.base import ParseOptions
     from core.ingest.parser_warnings import WarningCollector
-    from core.ingest.parsing import ParseRequest
 
 WHAT = "EPUB"
 _CHAPTER_TYPES = frozenset({"application/xhtml+xml", "text/html"})
@@ -39,8 +39,8 @@ def _children(element: Element, name: str) -> list[Element]:
     return [child for child in element.iter() if _local(child.tag) == name]
 
 
-def parse(data: bytes, request: ParseRequest, warnings: WarningCollector) -> Extracted:
-    from core.ingest.parsing import ParseFailure
+def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
+    from core.ingest.failures import ParseFailure
 
     archive = open_package(data, WHAT)
     try:
@@ -76,7 +76,7 @@ def _spine(archive: object) -> list[str]:
 
     from defusedxml import ElementTree
 
-    from core.ingest.parsing import ParseFailure
+    from core.ingest.failures import ParseFailure
 
     assert isinstance(archive, zipfile.ZipFile)
     try:

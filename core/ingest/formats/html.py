@@ -24,8 +24,8 @@ from core.ingest.limits import MAX_HTML_DEPTH, LimitExceeded, TableBudget
 from core.states import DocumentKind
 
 if TYPE_CHECKING:
+    from core.ingest.formats.base import ParseOptions
     from core.ingest.parser_warnings import WarningCollector
-    from core.ingest.parsing import ParseRequest
 
 CHARSET_WINDOW_BYTES = 2048  # bytes searched for <meta charset=...>
 
@@ -263,7 +263,7 @@ def extract(
     return blocks, " ".join(extractor.title.split())
 
 
-def parse(data: bytes, request: ParseRequest, warnings: WarningCollector) -> Extracted:
+def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
     blocks, _ = extract(decode_html(data, warnings), TableBudget("HTML"))
     return Extracted(1, blocks)
 

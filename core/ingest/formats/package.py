@@ -31,7 +31,7 @@ def open_package(data: bytes, what: str) -> zipfile.ZipFile:
         ParseFailure: Encrypted, or not a readable zip (truncated, damaged).
         LimitExceeded: Over a zip limit.
     """
-    from core.ingest.parsing import ParseFailure
+    from core.ingest.failures import ParseFailure
 
     if is_encrypted_office(data):
         raise ParseFailure(ErrorCode.PARSE_ERROR, f"encrypted {what} needs a password")
@@ -47,7 +47,7 @@ def open_package(data: bytes, what: str) -> zipfile.ZipFile:
 
 def library_failure(exc: BaseException, what: str) -> str:
     """A short, path-free reason for an exception a format library raised."""
-    from core.ingest.parsing import OUT_OF_MEMORY_REASON
+    from core.ingest.failures import OUT_OF_MEMORY_REASON
 
     if isinstance(exc, MemoryError):
         return OUT_OF_MEMORY_REASON

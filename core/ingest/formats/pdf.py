@@ -16,16 +16,16 @@ from core.ingest.formats.base import Extracted, Format, Prose
 from core.states import DocumentKind, ErrorCode
 
 if TYPE_CHECKING:
+    from core.ingest.formats.base import ParseOptions
     from core.ingest.parser_warnings import WarningCollector
-    from core.ingest.parsing import ParseRequest
 
 # PDFium's FPDF_GetLastError codes that are about the file rather than a bug.
 _PDFIUM_PASSWORD_ERROR = 4
 _PDFIUM_SECURITY_ERROR = 5
 
 
-def parse(data: bytes, request: ParseRequest, warnings: WarningCollector) -> Extracted:
-    from core.ingest.parsing import ParseFailure
+def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
+    from core.ingest.failures import ParseFailure
 
     pages = _pdfium_pages(data) if request.parser == "pdfium" else _pypdf_pages(data)
     out = Extracted()
@@ -50,7 +50,7 @@ FORMAT = Format(
 def _pypdf_pages(data: bytes) -> Iterator[str]:
     from pypdf import PasswordType, PdfReader
 
-    from core.ingest.parsing import ParseFailure
+    from core.ingest.failures import ParseFailure
 
     try:
         reader = PdfReader(BytesIO(data), strict=False)
@@ -71,7 +71,7 @@ def _pypdf_pages(data: bytes) -> Iterator[str]:
 
 
 def _pdfium_pages(data: bytes) -> Iterator[str]:
-    from core.ingest.parsing import ParseFailure, ParserUnavailable
+    from core.ingest.failures import ParseFailure, ParserUnavailable
 
     try:
         import pypdfium2 as pdfium
@@ -100,7 +100,7 @@ def _pdfium_pages(data: bytes) -> Iterator[str]:
 
 def reason(exc: BaseException, *, page: int | None) -> str:
     """A short, path-free reason for a PDF parser's exception, naming the page when known."""
-    from core.ingest.parsing import OUT_OF_MEMORY_REASON
+    from core.ingest.failures import OUT_OF_MEMORY_REASON
 
     where = "" if page is None else f" (page {page})"
     if isinstance(exc, MemoryError):

@@ -17,14 +17,14 @@ from core.ingest.limits import MAX_GROUP_DEPTH, LimitExceeded, TableBudget
 from core.states import DocumentKind, ErrorCode
 
 if TYPE_CHECKING:
+    from core.ingest.formats.base import ParseOptions
     from core.ingest.parser_warnings import WarningCollector
-    from core.ingest.parsing import ParseRequest
 
 WHAT = "PPTX"
 
 
-def parse(data: bytes, request: ParseRequest, warnings: WarningCollector) -> Extracted:
-    from core.ingest.parsing import ParseFailure
+def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
+    from core.ingest.failures import ParseFailure
 
     open_package(data, WHAT).close()
     try:

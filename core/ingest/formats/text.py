@@ -11,8 +11,8 @@ from core.ingest.formats.base import Extracted, Format, Prose
 from core.states import DocumentKind
 
 if TYPE_CHECKING:
+    from core.ingest.formats.base import ParseOptions
     from core.ingest.parser_warnings import WarningCollector
-    from core.ingest.parsing import ParseRequest
 
 
 def decoded(data: bytes, warnings: WarningCollector, what: str = "text") -> str:
@@ -21,7 +21,7 @@ def decoded(data: bytes, warnings: WarningCollector, what: str = "text") -> str:
     Raises:
         ParseFailure: No encoding fits.
     """
-    from core.ingest.parsing import ParseFailure
+    from core.ingest.failures import ParseFailure
     from core.ingest.sniffing import decode_text
     from core.states import ErrorCode
 
@@ -34,7 +34,7 @@ def decoded(data: bytes, warnings: WarningCollector, what: str = "text") -> str:
     return text
 
 
-def parse(data: bytes, request: ParseRequest, warnings: WarningCollector) -> Extracted:
+def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
     return Extracted(1, [Prose(decoded(data, warnings), Location())])
 
 
