@@ -42,7 +42,7 @@ def _children(element: Element, name: str) -> list[Element]:
 def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
     from core.ingest.failures import ParseFailure
 
-    archive = open_package(data, WHAT)
+    archive = open_package(data, WHAT, ooxml=False)
     try:
         chapters = _spine(archive)
         out = Extracted()

@@ -12,11 +12,14 @@ from __future__ import annotations
 import zipfile
 from io import BytesIO
 
-from core.ingest.limits import check_zip
+from core.ingest.limits import check_zip, read_part
 from core.states import ErrorCode
 
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")  # the OLE2 stream's name
+# Strict Open XML's namespaces (ISO 29500 Strict) instead of the transitional ones that
+# python-docx, python-pptx and openpyxl read: its relationship types say so.
+STRICT_NAMESPACE = b"http://purl.oclc.org/ooxml/"
 
 
 def is_encrypted_office(data: bytes) -> bool:
@@ -24,11 +27,18 @@ def is_encrypted_office(data: bytes) -> bool:
     return data.startswith(OLE2_MAGIC) and ENCRYPTED_PACKAGE in data
 
 
-def open_package(data: bytes, what: str) -> zipfile.ZipFile:
+def open_package(data: bytes, what: str, *, ooxml: bool = True) -> zipfile.ZipFile:
     """The container, checked against the zip limits.
 
+    Args:
+        data: The document's bytes.
+        what: Its format, for messages ("DOCX").
+        ooxml: It is an Office Open XML package (not an EPUB): Strict Open XML, which
+            the Office libraries cannot read, is refused by name.
+
     Raises:
-        ParseFailure: Encrypted, or not a readable zip (truncated, damaged).
+        ParseFailure: Encrypted, Strict Open XML, or not a readable zip (truncated,
+            damaged).
         LimitExceeded: Over a zip limit.
     """
     from core.ingest.failures import ParseFailure
@@ -42,7 +52,20 @@ def open_package(data: bytes, what: str) -> zipfile.ZipFile:
             ErrorCode.PARSE_ERROR, f"damaged or truncated {what} (not a readable zip)"
         ) from None
     check_zip(archive, what)
+    if ooxml and STRICT_NAMESPACE in _package_relationships(archive, what):
+        archive.close()
+        raise ParseFailure(
+            ErrorCode.PARSE_ERROR,
+            f"{what} is Strict Open XML, which is not supported; save it as a regular {what}",
+        )
     return archive
+
+
+def _package_relationships(archive: zipfile.ZipFile, what: str) -> bytes:
+    try:
+        return read_part(archive, "_rels/.rels", what)
+    except KeyError:
+        return b""
 
 
 def library_failure(exc: BaseException, what: str) -> str:
