@@ -9,6 +9,7 @@ so a table chunk still reads as rows and cells.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -181,7 +182,9 @@ def chunk_table(
     each chunk starting with the header row, its location naming the rows it holds.
 
     A row too long to fit beside the header is split like prose (each piece keeps the
-    header line first), so no chunk is over ``chunk_size`` unless the header alone is.
+    header line first). A header taking more than half of ``chunk_size`` (a wide
+    table) is not repeated: each row is written ``header: value``, one cell a line,
+    so every cell still carries its column's name and no chunk is over ``chunk_size``.
 
     Args:
         header: The header row's cells, or None for a table without one.
@@ -193,8 +196,12 @@ def chunk_table(
     """
     validate_chunking(chunk_size, chunk_overlap)
     head = ""
+    render = markdown_row
     if header is not None and any(cell.strip() for cell in header):
         head = markdown_row(header) + "\n" + markdown_row(["---"] * len(header)) + "\n"
+        if len(head) > chunk_size // 2:
+            # Repeating it would leave no room for rows (and copy it into every one).
+            head, render = "", functools.partial(_labelled_row, header)
     ordinal = first_ordinal
     lines: list[str] = []
     size = len(head)
@@ -206,7 +213,7 @@ def chunk_table(
         return Chunk(ordinal, text, location.page, 0, len(text), replace(location, rows=span))
 
     for number, cells in rows:
-        line = markdown_row(cells)
+        line = render(cells)
         if len(line.strip("| ")) == 0:
             continue  # an empty row carries nothing to find
         if lines and size + len(line) + 1 > chunk_size:
@@ -229,6 +236,16 @@ def chunk_table(
         span = (number, number) if span is None else (span[0], number)
     if lines:
         yield flush()
+
+
+def _labelled_row(header: Sequence[str], cells: Sequence[str]) -> str:
+    """A row of a wide table as ``header: value`` lines, empty cells left out."""
+    names = [" ".join(h.split()) for h in header]
+    return "\n".join(
+        f"{names[i] if i < len(names) else f'column {i + 1}'}: {' '.join(cell.split())}"
+        for i, cell in enumerate(cells)
+        if cell.strip()
+    )
 
 
 def chunk_text(text: str, *, chunk_size: int, overlap: int) -> list[tuple[int, int]]:

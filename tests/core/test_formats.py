@@ -164,6 +164,23 @@ def test_a_long_table_is_cut_between_rows_and_every_piece_keeps_its_header() -> 
         assert first == last + 1
 
 
+def test_a_wide_table_names_each_cell_instead_of_repeating_a_huge_header() -> None:
+    header = ",".join(f"measurement {n} in millimetres" for n in range(60))
+    rows = "\n".join(",".join(str(r * 100 + c) for c in range(60)) for r in range(50))
+    doc = parse_document(f"{header}\n{rows}\n".encode(), DocumentKind.CSV)
+    assert all(len(c.text) <= 1000 for c in doc.chunks)
+    first = doc.chunks[0]
+    assert first.text.splitlines()[:2] == [
+        "measurement 0 in millimetres: 0",
+        "measurement 1 in millimetres: 1",
+    ]
+    assert first.location is not None and first.location.rows is not None
+    assert first.location.rows[0] == 2
+    # Every cell is there once: nothing is lost, and the header is not copied 50 times.
+    text = "\n".join(c.text for c in doc.chunks)
+    assert text.count("measurement 7 in millimetres: ") == 50
+
+
 def test_utf16_csv_reads_as_rows() -> None:
     doc = parsed("stanley-cups-utf-16.csv")
     lines = doc.chunks[0].text.splitlines()
