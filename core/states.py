@@ -41,6 +41,12 @@ class DocumentKind(StrEnum):
     PDF = "pdf"
     MARKDOWN = "markdown"
     TEXT = "text"
+    DOCX = "docx"
+    PPTX = "pptx"
+    XLSX = "xlsx"
+    HTML = "html"
+    EPUB = "epub"
+    CSV = "csv"
 
 
 class Stage(StrEnum):

@@ -488,6 +488,11 @@ def test_every_cli_reference_row_does_what_it_says(
     for code in ("parse_error", "empty_document", "lease_expired", "internal_error"):
         assert code in errors
 
+    # formats: the document formats accepted, how each is recognised, what each needs
+    formats = value("formats")
+    assert {f["kind"] for f in formats} >= {"pdf", "docx", "pptx", "xlsx", "html", "epub", "csv"}
+    assert all(f["available"] for f in formats)
+
     # --version: the installed version
     from importlib.metadata import version
 

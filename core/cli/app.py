@@ -10,7 +10,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from core.cli import documents, maintenance, provider, review, serve, tasks, uploads, worker
+from core.cli import (
+    documents,
+    formats,
+    maintenance,
+    provider,
+    review,
+    serve,
+    tasks,
+    uploads,
+    worker,
+)
 from core.cli.command import Command
 from core.cli.logs import DEBUG_ENV
 from core.cli.options import CliParser, UsageError, common_options, default_actor
@@ -50,6 +60,7 @@ CORE_COMMANDS: tuple[Command, ...] = (
     documents.CHUNKS,
     documents.SEARCH,
     tasks.ERROR_CODES,
+    formats.FORMATS_COMMAND,
     worker.WORKER,
     review.RECONCILE,
     review.REVIEW,

@@ -228,7 +228,7 @@ async def cmd_chunks(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
     header = _acted_on(args.document_id, version, "shown")
     lines = [
         f"{c.ordinal:>4}  page={c.page if c.page is not None else '-':<4} "
-        f"{c.text[:CHUNK_PREVIEW_CHARS]!r}"
+        f"{_beyond_page(c.location, c.place)}{c.text[:CHUNK_PREVIEW_CHARS]!r}"
         for c in chunks
     ] or [
         f"no chunks (version v{version.version_no} {version.document_id[:8]} is "
@@ -243,13 +243,18 @@ async def cmd_chunks(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
     out.emit([c.to_dict() for c in chunks], lines)
 
 
+def _beyond_page(location: dict[str, object], place: str) -> str:
+    """``[slide 3 notes] `` when a chunk's location says more than its page, else ``""``."""
+    return f"[{place}] " if set(location) - {"page"} else ""
+
+
 async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
     """``ingestdesk search QUERY``: ranked full-text search over published versions'
     chunks, one line per hit with the matched words marked ``**like this**``."""
     hits = await ledger.reads.search(args.query, limit=args.limit, include_unpublished=args.all)
     lines = [
         f"{h.family_id[:8]}  v{h.version_no:<3} page={h.page if h.page is not None else '-':<4} "
-        f"score={h.score:<9.4g} {h.filename}: {h.snippet}"
+        f"score={h.score:<9.4g} {h.filename}: {_beyond_page(h.location, h.place)}{h.snippet}"
         for h in hits
     ]
     out.emit(

@@ -32,6 +32,8 @@ class ChunkLike(Protocol):
     def text(self) -> str: ...
     @property
     def embedding(self) -> bytes | None: ...
+    @property
+    def location(self) -> str | None: ...
 
 
 # Bump when chunk_text's output for the same text and settings changes: results
@@ -59,6 +61,9 @@ def result_checksum(chunks: Sequence[ChunkLike]) -> str:
     digest = hashlib.sha256()
     for c in chunks:
         digest.update(f"{c.ordinal}|{c.page}|{c.char_start}|{c.char_end}|".encode())
+        if c.location is not None:
+            # Only where there is one: results made before locations still verify.
+            digest.update(b"L" + len(c.location).to_bytes(8, "little") + c.location.encode())
         text = c.text.encode()
         digest.update(len(text).to_bytes(8, "little") + text)
         vector = c.embedding or b""

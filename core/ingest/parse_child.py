@@ -92,6 +92,7 @@ def _child_main(conn: Connection, memory_limit_bytes: int, max_parses: int) -> N
     logging.getLogger().addHandler(logging.NullHandler())
     import pypdf  # noqa: F401  # import before the memory cap and outside the budget
 
+    _refuse_network()
     _limit_resources(memory_limit_bytes)
     conn.send(READY)
     for served in range(1, max_parses + 1):
@@ -214,6 +215,25 @@ def _watch_parent(parent_pid: int, fd: int) -> None:
     while True:
         if poller.poll(PARENT_CHECK_EVERY_S * 1000) or os.getppid() != parent_pid:
             os._exit(0)
+
+
+# Audit events (PEP 578) of a Python-level attempt to reach the network.
+_NETWORK_EVENTS = frozenset(
+    {"socket.connect", "socket.getaddrinfo", "socket.gethostbyname", "urllib.Request"}
+)
+
+
+def _refuse_network() -> None:
+    """A parser has no reason to open a connection: a document's external entity or
+    reference (XXE, a remote stylesheet) must never be fetched, whatever a library's
+    defaults. The parent talks to this child over an inherited socket, which needs
+    no connect; an audit hook cannot be removed once added."""
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if event in _NETWORK_EVENTS:
+            raise PermissionError("a parser process opens no network connection")
+
+    sys.addaudithook(hook)
 
 
 def _limit_resources(memory_limit_bytes: int) -> None:

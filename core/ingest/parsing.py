@@ -1,15 +1,17 @@
-"""PDF, Markdown and plain text → pages → chunks, as pure functions.
+"""Documents → blocks (per format, :mod:`core.ingest.formats`) → chunks, as pure functions.
 
 Nothing here touches the database or the event loop: :func:`run_parse` is CPU-bound and
 meant to run inside :class:`core.ingest.parse_pool.ParserPool`'s child processes, which add
 the time and memory limits a pure function cannot enforce on itself. Its neighbours do
 one job each: :mod:`core.ingest.sniffing` (what the bytes are, how text is encoded),
 :mod:`core.ingest.chunker` (text → chunks) and :mod:`core.ingest.parser_warnings`
-(counting a parse's warnings). All four import only the standard library and
-:mod:`core.states` (pypdf is imported on first use), so a parser child loads nothing else.
+(counting a parse's warnings), :mod:`core.ingest.limits` (the safety limits every
+format shares). All import only the standard library and :mod:`core.states` (each
+format's library is imported on first use), so a parser child loads nothing else.
 
 Failure vocabulary: every way a document can defeat the parser ends as
-:class:`ParseFailure` with code ``parse_error`` (the file cannot be read) or
+:class:`ParseFailure` with code ``parse_error`` (the file cannot be read, or it is over
+a safety limit) or
 ``empty_document`` (it can be read but holds no indexable text); a parser process killed
 from outside ends as :class:`ParserKilled` (``parser_killed``, retried automatically),
 since nothing says the file was at fault. Other exceptions mean a caller bug (bad
@@ -18,16 +20,49 @@ arguments) or a broken installation (:class:`ParserUnavailable`), never a bad fi
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from io import BytesIO
+from typing import TYPE_CHECKING
 
-from core.ingest.chunker import Chunk, chunk_page, validate_chunking
+from core.ingest.chunker import Chunk, chunk_page, chunk_section, chunk_table, validate_chunking
+from core.ingest.failures import (
+    OUT_OF_MEMORY_REASON,
+    PARSE_FAILURE_CODES,
+    PARSERS,
+    ParseFailure,
+    ParserKilled,
+    ParserUnavailable,
+    parser_info,
+)
+from core.ingest.formats import Prose, format_for
+from core.ingest.limits import LimitExceeded
 from core.ingest.parser_warnings import WarningCollector, capture_parser_warnings
-from core.ingest.sniffing import decode_text
 from core.states import DocumentKind, ErrorCode
+
+if TYPE_CHECKING:
+    from core.ingest.formats import Block
+
+__all__ = [
+    "DEFAULT_CHUNK_OVERLAP",
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_PARSER",
+    "OUT_OF_MEMORY_REASON",
+    "PARSERS",
+    "PARSE_FAILURE_CODES",
+    "ParseFailure",
+    "ParseRequest",
+    "ParsedDocument",
+    "ParserKilled",
+    "ParserUnavailable",
+    "chunk_blocks",
+    "log_parser_warnings",
+    "parse_document",
+    "parser_info",
+    "run_parse",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -38,15 +73,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_PARSER = "pypdf"
 DEFAULT_CHUNK_SIZE = 1000  # characters
 DEFAULT_CHUNK_OVERLAP = 150  # characters
-
-PARSERS = ("pypdf", "pdfium")
-OUT_OF_MEMORY_REASON = "parser exceeded memory limit"
-# The codes a parse can fail with: the document's (parse_error, empty_document) and
-# a parser killed from outside (parser_killed, see ParserKilled).
-PARSE_FAILURE_CODES = frozenset(
-    {ErrorCode.PARSE_ERROR, ErrorCode.EMPTY_DOCUMENT, ErrorCode.PARSER_KILLED}
-)
-
 
 # --- public values ----------------------------------------------------------------------
 
@@ -105,86 +131,7 @@ class ParsedDocument:
     warnings: int
 
 
-class ParseFailure(Exception):
-    """The document could not be parsed."""
-
-    def __init__(self, code: ErrorCode | str, reason: str | None = None) -> None:
-        """Build a failure.
-
-        Args:
-            code: ``parse_error`` or ``empty_document`` (``parser_killed``: use
-                :class:`ParserKilled`).
-            reason: A short operator-facing reason, free of paths and stack traces.
-                Defaults to this class's docstring.
-
-        Raises:
-            ValueError: ``code`` is not one of :data:`PARSE_FAILURE_CODES`.
-        """
-        parsed = ErrorCode(code)
-        if parsed not in PARSE_FAILURE_CODES:
-            raise ValueError(f"not a parse failure code: {code!r}")
-        self.code: ErrorCode = parsed
-        self.reason: str = reason or (type(self).__doc__ or "").strip()
-        super().__init__(self.code, self.reason)
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.reason}"
-
-
-class ParserKilled(ParseFailure):
-    """parser process killed from outside"""
-
-    def __init__(self, reason: str | None = None) -> None:
-        """A parse cut short by a signal this worker did not send (an operator's
-        ``kill -9``, the kernel's OOM killer), on the fresh process it was retried on
-        too. Not the document's doing as far as anyone knows: its code,
-        ``parser_killed``, is retried automatically, with backoff, until the task's
-        attempts run out (so no document is retried for ever)."""
-        super().__init__(ErrorCode.PARSER_KILLED, reason)
-
-    def __reduce__(self) -> tuple[type[ParserKilled], tuple[str]]:
-        # Pickled as what it is (an exception pickles its args, and these differ).
-        return (ParserKilled, (self.reason,))
-
-
-class ParserUnavailable(RuntimeError):
-    """The requested parser library is not installed."""
-
-
 # --- parsing ----------------------------------------------------------------------------
-
-
-def parser_info(parser: str) -> dict[str, str]:
-    """Name and version of a parser, as recorded on a task (a fresh dict each call).
-
-    Args:
-        parser: ``"pypdf"`` or ``"pdfium"``.
-
-    Returns:
-        ``{"parser": name, "version": library version}``.
-
-    Raises:
-        ValueError: Unknown parser name.
-        ParserUnavailable: The parser's library is not installed.
-    """
-    return {"parser": parser, "version": _parser_version(parser)}
-
-
-@functools.cache
-def _parser_version(parser: str) -> str:
-    # Cached: the worker records it on every task, and reading a distribution's
-    # metadata parses its METADATA file (~0.3 ms). Only successes are cached.
-    import importlib.metadata  # not at import time: parser processes never need it
-
-    distribution = {"pypdf": "pypdf", "pdfium": "pypdfium2"}.get(parser)
-    if distribution is None:
-        raise ValueError(f"unknown parser {parser!r}; expected one of {PARSERS}")
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise ParserUnavailable(
-            f"parser {parser!r} needs the {distribution} package, which is not installed"
-        ) from exc
 
 
 def parse_document(
@@ -251,15 +198,13 @@ def run_parse(
     collector = WarningCollector()
     outcome: ParsedDocument | ParseFailure
     try:
-        if request.kind is DocumentKind.PDF:
-            with capture_parser_warnings(collector):
-                outcome = _parse_pdf(data, request, collector)
-        else:
-            # Our own code: no library warnings to capture, so no process-global
-            # state is touched and text may be parsed on any thread.
-            outcome = _parse_text(data, request, collector)
+        # Text is our own code: no library warnings to capture, so no process-global
+        # state is touched and text may be parsed on any thread (see Format).
+        outcome = _parse(data, request, collector)
     except ParseFailure as failure:
         outcome = failure
+    except LimitExceeded as exc:
+        outcome = ParseFailure(ErrorCode.PARSE_ERROR, str(exc))
     except (MemoryError, RecursionError) as exc:
         # Parser calls are wrapped where they happen; this catches the resource limits
         # that can strike anywhere, e.g. while decoding or chunking a huge text.
@@ -275,37 +220,62 @@ def log_parser_warnings(lines: list[str], count: int) -> None:
         logger.warning("%d more parser warnings not logged", count - len(lines))
 
 
-def _parse_text(data: bytes, request: ParseRequest, collector: WarningCollector) -> ParsedDocument:
-    decoded = decode_text(data, count_nul=False)
-    if decoded is None:
-        raise ParseFailure(ErrorCode.PARSE_ERROR, "undecodable text")
-    text, encoding = decoded
-    if encoding == "cp1252":
-        collector.add("text is not UTF-8; decoded as cp1252")
-    text = _strip_nul(text, collector)
-    chunks = tuple(chunk_page(text, None, 0, request.chunk_size, request.chunk_overlap))
+def _parse(data: bytes, request: ParseRequest, collector: WarningCollector) -> ParsedDocument:
+    fmt = format_for(request.kind)
+    if fmt.kind is DocumentKind.PDF:
+        with capture_parser_warnings(collector):
+            extracted = fmt.parse(data, request, collector)
+    elif fmt.captures_warnings:
+        with _library_warnings(collector):
+            extracted = fmt.parse(data, request, collector)
+    else:
+        extracted = fmt.parse(data, request, collector)
+    chunks = chunk_blocks(extracted.blocks, request, collector)
     if not chunks:
-        raise ParseFailure(ErrorCode.EMPTY_DOCUMENT, "document contains no text")
-    return ParsedDocument(pages=1, chunks=chunks, warnings=collector.count)
+        raise ParseFailure(ErrorCode.EMPTY_DOCUMENT, fmt.empty_reason)
+    return ParsedDocument(pages=max(1, extracted.units), chunks=chunks, warnings=collector.count)
 
 
-def _parse_pdf(data: bytes, request: ParseRequest, collector: WarningCollector) -> ParsedDocument:
-    page_texts = _pdfium_pages(data) if request.parser == "pdfium" else _pypdf_pages(data)
+@contextlib.contextmanager
+def _library_warnings(collector: WarningCollector) -> Iterator[None]:
+    """Count every warning a format library issues (openpyxl's "unknown extension",
+    python-docx's deprecations): they are about the file, never shown as Python
+    warnings. Process-global like PDF's capture: one parse per parser process."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for warning in caught:
+                collector.add(f"{warning.category.__name__}: {warning.message}")
+
+
+def chunk_blocks(
+    blocks: Iterable[Block], request: ParseRequest, collector: WarningCollector
+) -> tuple[Chunk, ...]:
+    """A format's blocks as chunks, numbered in document order: prose split at word
+    boundaries, tables by whole rows under their header (see :mod:`core.ingest.chunker`).
+    A chunk whose location says no more than its page (PDF pages, text) carries none."""
     chunks: list[Chunk] = []
-    pages = 0
-    for number, raw in enumerate(page_texts, start=1):
-        pages = number
-        text = _strip_nul(raw, collector)
-        chunks.extend(
-            chunk_page(text, number, len(chunks), request.chunk_size, request.chunk_overlap)
-        )
-    if pages == 0:
-        raise ParseFailure(ErrorCode.EMPTY_DOCUMENT, "PDF has no pages")
-    if not chunks:
-        raise ParseFailure(
-            ErrorCode.EMPTY_DOCUMENT, "no extractable text (image-only or blank pages)"
-        )
-    return ParsedDocument(pages=pages, chunks=tuple(chunks), warnings=collector.count)
+    size, overlap = request.chunk_size, request.chunk_overlap
+    for block in blocks:
+        if isinstance(block, Prose):
+            text = _strip_nul(block.text, collector)
+            location = block.location
+            if location.stored() is None:
+                chunks.extend(chunk_page(text, location.page, len(chunks), size, overlap))
+            else:
+                chunks.extend(chunk_section(text, location, len(chunks), size, overlap))
+        else:
+            header = None if block.header is None else [_clean_cell(c) for c in block.header]
+            rows = ((n, [_clean_cell(c) for c in cells]) for n, cells in block.rows)
+            chunks.extend(chunk_table(header, rows, block.location, len(chunks), size, overlap))
+    return tuple(chunks)
+
+
+def _clean_cell(cell: str) -> str:
+    # PostgreSQL text columns reject U+0000; a table's cells are never counted apart.
+    return cell.replace("\x00", "")
 
 
 def _strip_nul(text: str, collector: WarningCollector) -> str:
@@ -316,84 +286,7 @@ def _strip_nul(text: str, collector: WarningCollector) -> str:
     return text.replace("\x00", "")
 
 
-def _pypdf_pages(data: bytes) -> Iterator[str]:
-    from pypdf import PasswordType, PdfReader
-
-    try:
-        reader = PdfReader(BytesIO(data), strict=False)
-        if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
-            raise ParseFailure(ErrorCode.PARSE_ERROR, "encrypted PDF needs a password")
-        pages = reader.pages
-        count = len(pages)
-    except ParseFailure:
-        raise
-    except Exception as exc:
-        raise ParseFailure(ErrorCode.PARSE_ERROR, _reason(exc, page=None)) from None
-    for index in range(count):
-        try:
-            text = pages[index].extract_text()
-        except Exception as exc:
-            raise ParseFailure(ErrorCode.PARSE_ERROR, _reason(exc, page=index + 1)) from None
-        yield text
-
-
-def _pdfium_pages(data: bytes) -> Iterator[str]:
-    try:
-        import pypdfium2 as pdfium
-    except ImportError as exc:  # ParseRequest checks first; this is belt and braces
-        raise ParserUnavailable("parser 'pdfium' needs pypdfium2, which is not installed") from exc
-
-    try:
-        document = pdfium.PdfDocument(data)  # no password: PDFium tries the empty one
-    except Exception as exc:
-        raise ParseFailure(ErrorCode.PARSE_ERROR, _reason(exc, page=None)) from None
-    try:
-        for index in range(len(document)):
-            try:
-                page = document[index]
-                textpage = page.get_textpage()
-                # PDFium separates lines with CRLF; pypdf with LF. Keep chunks alike.
-                text = str(textpage.get_text_bounded()).replace("\r\n", "\n")
-                textpage.close()
-                page.close()
-            except Exception as exc:
-                raise ParseFailure(ErrorCode.PARSE_ERROR, _reason(exc, page=index + 1)) from None
-            yield text
-    finally:
-        document.close()
-
-
-# PDFium's FPDF_GetLastError codes that are about the file rather than a bug.
-_PDFIUM_PASSWORD_ERROR = 4
-_PDFIUM_SECURITY_ERROR = 5
-
-
-def _reason(exc: BaseException, *, page: int | None) -> str:
-    """A short, path-free reason for a parser exception, naming the page when known."""
-    where = "" if page is None else f" (page {page})"
+def _reason(exc: MemoryError | RecursionError, *, page: None) -> str:
     if isinstance(exc, MemoryError):
         return OUT_OF_MEMORY_REASON
-    if isinstance(exc, RecursionError):
-        return f"document structure nested too deeply{where}"
-    from pypdf import errors as pdf_errors
-
-    if isinstance(exc, pdf_errors.LimitReachedError):
-        return f"document exceeds a parser safety limit{where}"
-    if isinstance(exc, pdf_errors.FileNotDecryptedError | pdf_errors.WrongPasswordError):
-        return "encrypted PDF needs a password"
-    if isinstance(exc, pdf_errors.DependencyError):
-        # In practice: AES encryption without the ``cryptography`` package installed.
-        return "PDF needs an optional decoder that is not installed (AES needs cryptography)"
-    if isinstance(exc, pdf_errors.EmptyFileError):
-        return "not a valid PDF (empty file)"
-    code = getattr(exc, "err_code", None)  # pypdfium2.PdfiumError
-    if code == _PDFIUM_PASSWORD_ERROR:
-        return "encrypted PDF needs a password"
-    if code == _PDFIUM_SECURITY_ERROR:
-        return "PDF uses an unsupported security handler"
-    if page is None:
-        return "not a valid PDF"
-    if isinstance(exc, pdf_errors.PyPdfError) or code is not None:
-        return f"damaged PDF{where}"
-    # The type name tells a developer where to look without leaking paths or content.
-    return f"parser failed{where}: {type(exc).__name__}"
+    return "document structure nested too deeply"

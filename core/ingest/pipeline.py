@@ -29,6 +29,7 @@ from core.ingest.embedding import (
     TaskLost,
     embedding_for,
 )
+from core.ingest.formats import format_for, format_info
 from core.ingest.keys import CHUNKER_VERSION, processing_key, result_checksum
 from core.ingest.parse_pool import ParserPool, estimate_pages_async
 from core.ingest.parser_process import ParserStartFailed
@@ -40,7 +41,6 @@ from core.ingest.parsing import (
     ParseFailure,
     ParseRequest,
     log_parser_warnings,
-    parser_info,
     run_parse,
 )
 from core.ingest.providers import OutcomeUnknown, RemoteProvider
@@ -259,7 +259,7 @@ class Pipeline:
         # counted off the event loop. The parser pool's time budget uses the same
         # estimate, so it is made once and handed on.
         estimate = await estimate_pages_async(data, document.kind)
-        info = parser_info(opts.parser) if document.kind == "pdf" else {"parser": "text"}
+        info = format_info(document.kind, opts.parser)
         # Every option that changes the result, recorded on the task with the
         # processing key it makes (see core.ingest.keys).
         options = info | {
@@ -286,7 +286,9 @@ class Pipeline:
             if reused is not None:
                 return reused
         say(f"stage=parse 0/{estimate}")
-        if document.kind != "pdf" and len(data) <= TEXT_IN_PROCESS_MAX_BYTES:
+        # Only our own code on plain text runs here; every zip- or XML-based format
+        # goes to the parser process.
+        if format_for(document.kind).in_process and len(data) <= TEXT_IN_PROCESS_MAX_BYTES:
             parsed = await self._parse_text(data, document.kind)
         else:
             # A long parse is where a cancelled task would keep burning a core: it is
@@ -335,7 +337,7 @@ class Pipeline:
         progress.check()
         say(f"stage=indexing {total}/{total}")
         records = [
-            ChunkRecord(c.ordinal, c.text, c.page, c.char_start, c.char_end, v)
+            ChunkRecord(c.ordinal, c.text, c.page, c.char_start, c.char_end, v, c.stored_location)
             for c, v in zip(chunks, vectors, strict=True)
         ]
         options["result_sha256"] = result_checksum(records)

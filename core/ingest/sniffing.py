@@ -10,7 +10,11 @@ library only, so a parser child can import this without paying for anything else
 from __future__ import annotations
 
 import codecs
+import csv
+import io
 import re
+import struct
+import zipfile
 
 from core.states import DocumentKind
 
@@ -26,6 +30,65 @@ MAX_CONTROL_CHAR_RATIO = 0.01  # fraction of decoded characters
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 TEXT_SUFFIXES = (".txt", ".text", *MARKDOWN_SUFFIXES)
+CSV_SUFFIXES = (".csv", ".tsv")
+# How far into a text an HTML page must have declared itself.
+HTML_SIGNATURE_WINDOW = 1024  # characters
+# A text is a table without a .csv name when its first lines (up to this many) all
+# have the same number of fields, at least CSV_MIN_FIELDS, over CSV_MIN_ROWS lines.
+CSV_SNIFF_ROWS = 50  # lines
+CSV_MIN_ROWS = 3  # lines
+CSV_MIN_FIELDS = 2  # fields per line
+CSV_DELIMITERS = ",;\t|"
+# Reading a zip's directory costs memory per entry: a container claiming more entries
+# than this is not opened to be sniffed (its parse would refuse it anyway).
+SNIFF_ZIP_MAX_ENTRIES = 100_000  # entries
+CONTENT_TYPES_SNIFF_BYTES = 256 * 1024  # bytes of [Content_Types].xml searched
+# The main part's content type tells an OOXML package's kind ([Content_Types].xml);
+# macro-enabled, template and slideshow variants read alike.
+_OOXML_MAIN_TYPES: tuple[tuple[DocumentKind, tuple[bytes, ...]], ...] = (
+    (
+        DocumentKind.DOCX,
+        (
+            b"wordprocessingml.document.main+xml",
+            b"wordprocessingml.template.main+xml",
+            b"ms-word.document.macroEnabled.main+xml",
+            b"ms-word.template.macroEnabledTemplate.main+xml",
+        ),
+    ),
+    (
+        DocumentKind.PPTX,
+        (
+            b"presentationml.presentation.main+xml",
+            b"presentationml.slideshow.main+xml",
+            b"presentationml.template.main+xml",
+            b"ms-powerpoint.presentation.macroEnabled.main+xml",
+            b"ms-powerpoint.slideshow.macroEnabled.main+xml",
+            b"ms-powerpoint.template.macroEnabled.main+xml",
+        ),
+    ),
+    (
+        DocumentKind.XLSX,
+        (
+            b"spreadsheetml.sheet.main+xml",
+            b"spreadsheetml.template.main+xml",
+            b"ms-excel.sheet.macroEnabled.main+xml",
+            b"ms-excel.template.macroEnabled.main+xml",
+        ),
+    ),
+)
+# Names that break the tie when the content says "an Office file" but not which one:
+# a zip too damaged to read its directory, or an encrypted package.
+_OFFICE_SUFFIXES: tuple[tuple[tuple[str, ...], DocumentKind], ...] = (
+    ((".docx", ".docm", ".dotx", ".dotm"), DocumentKind.DOCX),
+    ((".pptx", ".pptm", ".ppsx", ".potx"), DocumentKind.PPTX),
+    ((".xlsx", ".xlsm", ".xltx", ".xltm"), DocumentKind.XLSX),
+    ((".epub",), DocumentKind.EPUB),
+)
+_ZIP_MAGIC = b"PK\x03\x04"
+_EOCD = b"PK\x05\x06"
+_OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")
+_HTML_SIGNATURE = re.compile(r"<!doctype\s+html|<html[\s>]", re.IGNORECASE)
 
 # Magic numbers of formats people upload by mistake that can pass as "mostly text" in
 # their first bytes. Anything else binary is caught by the control-character ratio.
@@ -63,7 +126,7 @@ _PDF_MAGIC = b"%PDF-"
 
 
 def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
-    """Judge an upload's kind from its content, using the name only to tell text apart.
+    """Judge an upload's kind from its content, using the name only to break ties.
 
     Rules, in order:
 
@@ -73,13 +136,26 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
     2. A name ending in ``.pdf`` whose content is not PDF → None. The content
        contradicts the name (HTML error pages, ZIPs, renamed files), so the upload is
        refused as bad input rather than indexed as something the user did not mean.
-    3. Known binary signatures (ZIP, images, ELF, …) → None.
-    4. Text-like content → MARKDOWN for ``.md``/``.markdown`` names, TEXT otherwise.
-       Text-like means it decodes (BOM-declared UTF-8/16/32, else strict UTF-8, else
-       cp1252) and at most 1 % of the first 64 KiB are control characters. NUL bytes
-       count as control characters: a stray NUL in a log is tolerated (and stripped on
-       parse), a binary file is not. UTF-16 without a BOM is not recognised.
-    5. Anything else → None.
+    3. A zip: EPUB when its ``mimetype`` entry says ``application/epub+zip``; DOCX,
+       PPTX or XLSX when its ``[Content_Types].xml`` names that format's main part
+       (macro-enabled and template variants included); any other zip → None. A zip
+       whose directory cannot be read (truncated) is taken for the Office or EPUB
+       file its name says, so its parse can say it is damaged; else None.
+    4. An OLE2 file holding an ``EncryptedPackage`` (a password-protected Office
+       file) → the Office kind its name says, DOCX if it says none: its parse fails
+       "needs a password", since which format hides inside cannot be known.
+    5. Other known binary signatures (images, ELF, old binary Office, …) → None.
+    6. Text-like content: MARKDOWN for ``.md``/``.markdown`` names and TEXT for
+       ``.txt``/``.text`` ones (the name asks for text, and a page's source is text);
+       otherwise HTML when ``<!doctype html`` or ``<html`` appears in its first 1024
+       characters, CSV when named ``.csv``/``.tsv`` or when its first lines (3 to 50)
+       all split into the same number (2+) of fields on one of ``, ; tab |``, else
+       TEXT. Text-like means it decodes (BOM-declared UTF-8/16/32, else strict UTF-8,
+       else cp1252) and at most 1 % of the first 64 KiB are control characters. NUL
+       bytes count as control characters: a stray NUL in a log is tolerated (and
+       stripped on parse), a binary file is not. UTF-16 without a BOM is not
+       recognised.
+    7. Anything else → None.
 
     An empty upload is text by rule 4 (and later fails as ``empty_document``), except
     under a ``.pdf`` name (rule 2).
@@ -97,14 +173,81 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
         return DocumentKind.PDF
     if name.endswith(".pdf"):
         return None
+    if data.startswith(_ZIP_MAGIC):
+        return _zip_kind(data, name)
+    if data.startswith(_OLE2_MAGIC) and _ENCRYPTED_PACKAGE in data:
+        return _office_kind_named(name) or DocumentKind.DOCX
     if data.startswith(_BINARY_MAGICS):
         return None
-    sample = decode_text(data[:TEXT_SNIFF_BYTES], final=len(data) <= TEXT_SNIFF_BYTES)
+    final = len(data) <= TEXT_SNIFF_BYTES
+    sample = decode_text(data[:TEXT_SNIFF_BYTES], final=final)
     if sample is None or _control_ratio(sample[0]) > MAX_CONTROL_CHAR_RATIO:
         return None
     if name.endswith(MARKDOWN_SUFFIXES):
         return DocumentKind.MARKDOWN
+    if name.endswith(TEXT_SUFFIXES):
+        return DocumentKind.TEXT
+    text = sample[0]
+    if _HTML_SIGNATURE.search(text, 0, HTML_SIGNATURE_WINDOW):
+        return DocumentKind.HTML
+    if name.endswith(CSV_SUFFIXES) or _looks_like_table(text, final=final):
+        return DocumentKind.CSV
     return DocumentKind.TEXT
+
+
+def _office_kind_named(name: str) -> DocumentKind | None:
+    return next((kind for suffixes, kind in _OFFICE_SUFFIXES if name.endswith(suffixes)), None)
+
+
+def _zip_entries_declared(data: bytes) -> int | None:
+    """The entry count a zip's end record declares (before its directory is read)."""
+    at = data.rfind(_EOCD, max(0, len(data) - 65_557))  # 22-byte record + 64 KiB comment
+    if at < 0 or at + 22 > len(data):
+        return None
+    (count,) = struct.unpack_from("<H", data, at + 10)
+    return int(count)  # ZIP64 says 0xFFFF here: over the limit below either way
+
+
+def _zip_kind(data: bytes, name: str) -> DocumentKind | None:
+    declared = _zip_entries_declared(data)
+    if declared is None or declared > SNIFF_ZIP_MAX_ENTRIES:
+        # No readable directory: truncated or damaged, or absurdly many entries.
+        return _office_kind_named(name)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = set(archive.namelist())
+            if "mimetype" in names:
+                with archive.open("mimetype") as part:
+                    if part.read(64).strip() == b"application/epub+zip":
+                        return DocumentKind.EPUB
+            if "[Content_Types].xml" not in names:
+                return None
+            with archive.open("[Content_Types].xml") as part:
+                content_types = part.read(CONTENT_TYPES_SNIFF_BYTES)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, OSError):
+        return _office_kind_named(name)
+    except (EOFError, RuntimeError):  # truncated entry, an encrypted entry
+        return _office_kind_named(name)
+    for kind, main_types in _OOXML_MAIN_TYPES:
+        if any(main in content_types for main in main_types):
+            return kind
+    return None
+
+
+def _looks_like_table(text: str, *, final: bool) -> bool:
+    lines = text.splitlines()
+    if not final:
+        lines = lines[:-1]  # the last line may be cut by the sample
+    lines = [line for line in lines[:CSV_SNIFF_ROWS] if line.strip()]
+    if len(lines) < CSV_MIN_ROWS:
+        return False
+    sample = "\n".join(lines)
+    try:
+        dialect = csv.Sniffer().sniff(sample, delimiters=CSV_DELIMITERS)
+        widths = {len(row) for row in csv.reader(io.StringIO(sample), dialect)}
+    except csv.Error:
+        return False
+    return len(widths) == 1 and widths.pop() >= CSV_MIN_FIELDS
 
 
 def decode_text(

@@ -550,6 +550,7 @@ def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRe
                     "char_start": c.char_start,
                     "char_end": c.char_end,
                     "embedding": c.embedding,
+                    "location": c.location,
                 }
                 for c in chunks
             ],

@@ -155,6 +155,7 @@ class Reads:
                 CHUNKS.c.char_start,
                 CHUNKS.c.char_end,
                 CHUNKS.c.embedding,
+                CHUNKS.c.location,
             )
             .where(CHUNKS.c.document_id == document_id)
             .order_by(CHUNKS.c.ordinal)
@@ -162,7 +163,9 @@ class Reads:
 
         def tx(conn: Connection) -> list[ChunkRecord]:
             return [
-                ChunkRecord(r.ordinal, r.text, r.page, r.char_start, r.char_end, r.embedding)
+                ChunkRecord(
+                    r.ordinal, r.text, r.page, r.char_start, r.char_end, r.embedding, r.location
+                )
                 for r in conn.execute(query)
             ]
 
@@ -330,16 +333,14 @@ class Reads:
                     CHUNKS.c.page,
                     CHUNKS.c.char_start,
                     CHUNKS.c.char_end,
+                    CHUNKS.c.location,
                 )
                 .where(CHUNKS.c.document_id == resolved)
                 .order_by(CHUNKS.c.ordinal)
             )
             if limit is not None:
                 query = query.limit(limit)
-            return [
-                ChunkView(resolved, r.ordinal, r.text, r.page, r.char_start, r.char_end)
-                for r in conn.execute(query)
-            ]
+            return [ChunkView.of(resolved, r) for r in conn.execute(query)]
 
         return await self._tx.read(tx)
 

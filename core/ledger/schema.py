@@ -153,6 +153,10 @@ CHUNKS = Table(
     Column("char_start", Integer, nullable=False),
     Column("char_end", Integer, nullable=False),
     Column("embedding", LargeBinary, nullable=True),
+    # Where the chunk is in the document's own terms beyond its page (a slide and
+    # whether it is its notes, a sheet's rows, a heading path), as JSON; NULL when the
+    # page says it all. See core.ingest.chunker.Location.
+    Column("location", Text, nullable=True),
     UniqueConstraint("document_id", "ordinal"),
 )
 

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection
 
 from core.errors import BadInput
 from core.ledger.schema import CHUNKS, DOCUMENTS
-from core.ledger.views import SearchHit
+from core.ledger.views import SearchHit, chunk_place
 from core.states import DocumentStatus
 
 MARK_START = "**"  # around each matched word in a snippet
@@ -55,6 +55,7 @@ _COLUMNS = (
     CHUNKS.c.ordinal,
     CHUNKS.c.page,
     CHUNKS.c.text,
+    CHUNKS.c.location,
 )
 
 
@@ -140,6 +141,8 @@ def run_search(
 ) -> list[SearchHit]:
     words = check_query(query, limit)
     stmt = search_statement(backend, words, limit=limit, include_unpublished=include_unpublished)
+    rows = conn.execute(stmt).all()
+    places = [chunk_place(r.page, r.location) for r in rows]
     return [
         SearchHit(
             document_id=r.document_id,
@@ -151,6 +154,8 @@ def run_search(
             version_no=r.version_no,
             score=float(f"{float(r.score):.6g}"),  # six significant digits: bm25 can be tiny
             snippet=r.snippet,
+            location=location,
+            place=place,
         )
-        for r in conn.execute(stmt)
+        for r, (location, place) in zip(rows, places, strict=True)
     ]

@@ -275,15 +275,17 @@ def chunk_views(conn: Connection, document_id: str) -> list[ChunkView]:
     """A version's chunks in order (by full id)."""
     query = (
         select(
-            CHUNKS.c.ordinal, CHUNKS.c.text, CHUNKS.c.page, CHUNKS.c.char_start, CHUNKS.c.char_end
+            CHUNKS.c.ordinal,
+            CHUNKS.c.text,
+            CHUNKS.c.page,
+            CHUNKS.c.char_start,
+            CHUNKS.c.char_end,
+            CHUNKS.c.location,
         )
         .where(CHUNKS.c.document_id == document_id)
         .order_by(CHUNKS.c.ordinal)
     )
-    return [
-        ChunkView(document_id, r.ordinal, r.text, r.page, r.char_start, r.char_end)
-        for r in conn.execute(query)
-    ]
+    return [ChunkView.of(document_id, r) for r in conn.execute(query)]
 
 
 def page_count(conn: Connection, document_id: str) -> int:

@@ -212,7 +212,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class ChunkRecord:
-    """A chunk as a worker writes it (with its embedding)."""
+    """A chunk as a worker writes it (with its embedding and stored location)."""
 
     ordinal: int
     text: str
@@ -220,16 +220,45 @@ class ChunkRecord:
     char_start: int
     char_end: int
     embedding: bytes | None = None
+    location: str | None = None  # chunks.location: JSON, see core.ingest.chunker.Location
+
+
+def chunk_place(page: int | None, stored: str | None) -> tuple[dict[str, Any], str]:
+    """A stored chunk's location as JSON-ready fields and as one line for people."""
+    from core.ingest.chunker import Location  # standard library only
+
+    location = Location.from_stored(page, stored)
+    return location.as_dict(), location.label()
 
 
 @dataclass(frozen=True)
 class ChunkView(_View):
+    """One chunk; ``location`` says where it is in the document's own terms (page,
+    slide and notes, sheet and rows, headings) and ``place`` says it in one line."""
+
     document_id: str
     ordinal: int
     text: str
     page: int | None
     char_start: int
     char_end: int
+    location: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    place: str = ""
+
+    @classmethod
+    def of(cls, document_id: str, row: Any) -> ChunkView:
+        """From a row with ordinal, text, page, char_start, char_end and location."""
+        location, place = chunk_place(row.page, row.location)
+        return cls(
+            document_id,
+            row.ordinal,
+            row.text,
+            row.page,
+            row.char_start,
+            row.char_end,
+            location,
+            place,
+        )
 
 
 @dataclass(frozen=True)
@@ -247,6 +276,8 @@ class SearchHit(_View):
     version_no: int = 1
     score: float = 0.0
     snippet: str = ""
+    location: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    place: str = ""
 
 
 @dataclass(frozen=True)

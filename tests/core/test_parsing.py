@@ -279,7 +279,7 @@ def test_two_megabyte_single_line_is_split_at_chunk_size() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"kind": "docx"}, "docx"),
+        ({"kind": "odt"}, "odt"),
         ({"kind": "pdf", "parser": "tika"}, "unknown parser"),
         ({"kind": "text", "chunk_size": 0}, "chunk_size"),
         ({"kind": "text", "chunk_overlap": 1000}, "overlap"),
@@ -429,7 +429,7 @@ _PDF = hostile.make_pdf(["sniff me"])
         pytest.param(b"# Title\n", "notes.Markdown", DocumentKind.MARKDOWN, id="markdown"),
         pytest.param(b"# Title\n", "notes.txt", DocumentKind.TEXT, id="md content as txt"),
         pytest.param(b"plain words", "LICENSE", DocumentKind.TEXT, id="no extension"),
-        pytest.param(b"<html><body>hi</body></html>", "page.html", DocumentKind.TEXT, id="html"),
+        pytest.param(b"<html><body>hi</body></html>", "page.html", DocumentKind.HTML, id="html"),
         pytest.param(b"", "empty.txt", DocumentKind.TEXT, id="empty text"),
         pytest.param(hostile.cp1252_text(), "win.txt", DocumentKind.TEXT, id="cp1252"),
         pytest.param(hostile.utf16_text(), "utf16.md", DocumentKind.MARKDOWN, id="utf-16"),
@@ -788,8 +788,8 @@ async def test_pool_rejects_caller_mistakes_without_starting_a_child() -> None:
     async with ParserPool() as pool:
         with pytest.raises(ValueError, match="chunk_size"):
             await pool.parse(b"text", "text", chunk_size=0)
-        with pytest.raises(ValueError, match="docx"):
-            await pool.parse(b"text", "docx")
+        with pytest.raises(ValueError, match="odt"):
+            await pool.parse(b"text", "odt")
 
         assert pool.children_started == 0
 

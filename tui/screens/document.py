@@ -91,6 +91,8 @@ class DocumentScreen(Screen[None]):
         if self.hit is not None:
             chunk = self.query_one("#document-chunk", Static)
             page = f", page {self.hit.page}" if self.hit.page is not None else ""
+            if set(self.hit.location) - {"page"}:  # a slide, a sheet's rows, headings
+                page = f", {plain(self.hit.place)}"
             chunk.border_title = f"The hit: chunk #{self.hit.ordinal}{page}"
             chunk.update(hit_chunk_text(self.hit))
         versions.focus()

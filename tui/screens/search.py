@@ -46,6 +46,8 @@ def hit_text(hit: SearchHit) -> Text:
     out = Text()
     out.append(shorten(visible(hit.filename), NAME_WIDTH), style="bold")
     page = f"page {hit.page}" if hit.page is not None else "no page"
+    if set(hit.location) - {"page"}:  # a slide, a sheet's rows, a heading path
+        page = visible(hit.place)
     out.append(f"  v{hit.version_no} · {page} · chunk #{hit.ordinal}")
     out.append(f" · score {hit.score:.3g}", style="dim")
     out.append("\n")

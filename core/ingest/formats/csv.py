@@ -1,0 +1,69 @@
+"""CSV and TSV with the standard library's csv module: the first row is the header,
+rows are numbered from 2 as a spreadsheet would show them, the delimiter is sniffed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import TYPE_CHECKING
+
+from core.ingest.chunker import Location
+from core.ingest.formats.base import Extracted, Format, Table
+from core.ingest.formats.text import decoded
+from core.ingest.limits import TableBudget
+from core.states import DocumentKind, ErrorCode
+
+if TYPE_CHECKING:
+    from core.ingest.formats.base import ParseOptions
+    from core.ingest.parser_warnings import WarningCollector
+
+WHAT = "CSV"
+DELIMITERS = ",;\t|"
+SNIFF_CHARS = 16 * 1024  # characters csv.Sniffer reads to guess the dialect
+
+
+def dialect_of(sample: str) -> type[csv.Dialect]:
+    """The sample's dialect; the standard comma-separated one when nothing fits."""
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=DELIMITERS)
+    except csv.Error:
+        return csv.excel
+
+
+def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
+    from core.ingest.failures import ParseFailure
+
+    text = decoded(data, warnings, WHAT).replace("\x00", "")
+    reader = csv.reader(io.StringIO(text), dialect_of(text[:SNIFF_CHARS]))
+    budget = TableBudget(WHAT)
+    header: list[str] | None = None
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        for number, cells in enumerate(reader, start=1):
+            budget.take(len(cells))
+            if header is None:
+                header = cells
+            else:
+                rows.append((number, cells))
+    except csv.Error as exc:  # a field over csv's size limit, a NUL in a field
+        raise ParseFailure(
+            ErrorCode.PARSE_ERROR, f"damaged CSV (line {reader.line_num}: {exc})"
+        ) from None
+    if header is None:
+        return Extracted(1, [])
+    if not rows:
+        return Extracted(1, [Table(None, [(1, header)], Location())])
+    return Extracted(1, [Table(header, rows, Location())])
+
+
+FORMAT = Format(
+    kind=DocumentKind.CSV,
+    name="CSV / TSV",
+    recognised_by=(
+        "text named .csv/.tsv, or any text whose first 3+ lines have the same 2+ fields"
+    ),
+    needs=(),
+    parse=parse,
+    captures_warnings=False,
+)

@@ -1,0 +1,96 @@
+"""Opening the zip containers of DOCX, PPTX, XLSX and EPUB, and naming what their
+libraries raise, the same way for every one of them.
+
+The container is checked against :mod:`core.ingest.limits` (entries, declared sizes,
+compression ratio) before any library inflates a byte of it. An encrypted Office file
+is not a zip at all but an OLE2 compound file holding an ``EncryptedPackage`` stream:
+it fails with "needs a password", as an encrypted PDF does.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from io import BytesIO
+
+from core.ingest.limits import check_zip, read_part
+from core.states import ErrorCode
+
+OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")  # the OLE2 stream's name
+# Strict Open XML's namespaces (ISO 29500 Strict) instead of the transitional ones that
+# python-docx, python-pptx and openpyxl read: its relationship types say so.
+STRICT_NAMESPACE = b"http://purl.oclc.org/ooxml/"
+
+
+def is_encrypted_office(data: bytes) -> bool:
+    """Whether ``data`` is an Office file encrypted with a password (OLE2 + EncryptedPackage)."""
+    return data.startswith(OLE2_MAGIC) and ENCRYPTED_PACKAGE in data
+
+
+def open_package(data: bytes, what: str, *, ooxml: bool = True) -> zipfile.ZipFile:
+    """The container, checked against the zip limits.
+
+    Args:
+        data: The document's bytes.
+        what: Its format, for messages ("DOCX").
+        ooxml: It is an Office Open XML package (not an EPUB): Strict Open XML, which
+            the Office libraries cannot read, is refused by name.
+
+    Raises:
+        ParseFailure: Encrypted, Strict Open XML, or not a readable zip (truncated,
+            damaged).
+        LimitExceeded: Over a zip limit.
+    """
+    from core.ingest.failures import ParseFailure
+
+    if is_encrypted_office(data):
+        raise ParseFailure(ErrorCode.PARSE_ERROR, f"encrypted {what} needs a password")
+    try:
+        archive = zipfile.ZipFile(BytesIO(data))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
+        raise ParseFailure(
+            ErrorCode.PARSE_ERROR, f"damaged or truncated {what} (not a readable zip)"
+        ) from None
+    check_zip(archive, what)
+    if ooxml and STRICT_NAMESPACE in _package_relationships(archive, what):
+        archive.close()
+        raise ParseFailure(
+            ErrorCode.PARSE_ERROR,
+            f"{what} is Strict Open XML, which is not supported; save it as a regular {what}",
+        )
+    return archive
+
+
+def _package_relationships(archive: zipfile.ZipFile, what: str) -> bytes:
+    try:
+        return read_part(archive, "_rels/.rels", what)
+    except KeyError:
+        return b""
+
+
+def library_failure(exc: BaseException, what: str) -> str:
+    """A short, path-free reason for an exception a format library raised."""
+    from core.ingest.failures import OUT_OF_MEMORY_REASON
+
+    if isinstance(exc, MemoryError):
+        return OUT_OF_MEMORY_REASON
+    if isinstance(exc, RecursionError):
+        return f"{what} structure nested too deeply"
+    # Libraries wrap the parser's error (openpyxl: "could not read worksheets"): the
+    # cause says what it was.
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and len(chain) < 5:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    message = " ".join(f"{type(e).__name__} {e}" for e in chain).lower()
+    if "depth" in message and "excessive" in message:  # libxml2 past 256 levels
+        return f"{what} XML nested too deeply (limit 256 levels)"
+    if "entit" in message:  # defusedxml, libxml2 entity errors
+        return f"{what} XML declares entities, which are refused"
+    if isinstance(exc, zipfile.BadZipFile):
+        return f"damaged {what} (bad zip entry)"
+    if isinstance(exc, KeyError):
+        return f"damaged {what} (a required part is missing)"
+    # The type name tells a developer where to look without leaking paths or content.
+    return f"damaged {what} ({type(exc).__name__})"
