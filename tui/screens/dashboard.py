@@ -25,7 +25,7 @@ from tui import policy
 from tui.desk import Desk, desk_of
 from tui.filtering import TaskQuery, parse_query, status_query
 from tui.format import failure_line, plain
-from tui.messages import LedgerChanged
+from tui.messages import LedgerChanged, WorkersChanged
 from tui.mirror import THROUGHPUT_BUCKET_S, THROUGHPUT_BUCKETS
 from tui.widgets.counts import STATUS_KEYS, ProviderLine, StatusCounts
 from tui.widgets.filter_bar import FilterBar
@@ -191,13 +191,7 @@ class DashboardScreen(Screen[None]):
         )
         stalled = {t for t, task in mirror.running.items() if mirror.is_stalled(task, now)}
         self.query_one(RunningNow).update_tasks(mirror.running, stalled)
-        workforce = desk.workforce
-        self.query_one(WorkersPanel).show(
-            [] if workforce is None else workforce.local_workers(),
-            desk.ledger_workers,
-            now,
-            paused=workforce is not None and workforce.paused,
-        )
+        self._show_workers(now)
         if message.activity:
             log = self.query_one("#activity", RichLog)
             for line in message.activity:
@@ -205,6 +199,19 @@ class DashboardScreen(Screen[None]):
         if self._short_since is not None and tick - self._short_since >= BACKFILL_AFTER_S:
             self.reload_window()
         self._title_table(len(table.tasks))
+
+    def _show_workers(self, now: float) -> None:
+        desk = self.desk
+        workforce = desk.workforce
+        self.query_one(WorkersPanel).show(
+            [] if workforce is None else workforce.local_workers(),
+            desk.ledger_workers,
+            now,
+            paused=workforce is not None and workforce.paused,
+        )
+
+    def on_workers_changed(self, _message: WorkersChanged) -> None:
+        self._show_workers(self.desk.clock())
 
     def on_task_table_window_short(self, _message: TaskTable.WindowShort) -> None:
         if self._short_since is None:
