@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # What the header adds to the ledger's name while the ledger cannot be read.
-LEDGER_DOWN_MARK = "· ledger unreachable, retrying"
+LEDGER_DOWN_MARK = "· cannot read the ledger, retrying"
 
 
 class IngestDeskApp(App[int]):
@@ -480,7 +480,7 @@ async def _run(settings: Settings, *, faults_dir: Path | None = None, **options:
         print(f"ingestdesk: {_one_line(exc.message, settings)}", file=sys.stderr)
         return exc.exit_code or 1
     except Exception as exc:  # e.g. a driver error before the ledger's own checks
-        why = _one_line(f"{type(exc).__name__}: {exc}", settings)
+        why = _one_line(failure_line(exc), settings)
         print(f"ingestdesk: cannot open the ledger: {why}", file=sys.stderr)
         return 1
     # A background task that failed with nobody awaiting it is reported by asyncio
