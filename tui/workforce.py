@@ -148,15 +148,23 @@ class Workforce:
             # Leases that ran out during the outage (this worker's heartbeats could
             # not be written, nor could another's) are due now, not at the next
             # sweep: the tasks they hold go back to the queue at once.
-            self.host.run_worker(
-                member.worker.reap_once(),
-                name=f"reap-{event.worker_id}",
-                group="reap",
-                description="reap leases that expired during the outage",
-                exclusive=True,
-                exit_on_error=False,
-            )
+            self._reap_soon(member.worker)
         self.on_change()
+
+    def _reap_soon(self, worker: Worker) -> TextualWorker[None]:
+        # A function, not a coroutine made now: one cancelled before it starts
+        # (quitting) leaves nothing behind that was never awaited.
+        async def reap() -> None:
+            await worker.reap_once()  # says what it reaped in the worker's log
+
+        return self.host.run_worker(
+            reap,
+            name=f"reap-{worker.worker_id}",
+            group="reap",
+            description="reap leases that expired during the outage",
+            exclusive=True,
+            exit_on_error=False,
+        )
 
     def add(self) -> str:
         """Start one more worker; returns its id."""
