@@ -125,7 +125,9 @@ def failure_line(exc: BaseException) -> str:
         return visible(_first_line(exc.message))
     driver = getattr(exc, "orig", None)
     if isinstance(driver, BaseException):
-        exc = driver
+        # An adapted driver (asyncpg through SQLAlchemy) raises a generic "Error"
+        # whose cause is the driver's own, better-named one.
+        exc = driver.__cause__ if isinstance(driver.__cause__, Exception) else driver
     return visible(f"{type(exc).__name__}: {_first_line(str(exc))}")
 
 
