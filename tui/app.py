@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import logging
 import os
 import sys
 import time
@@ -40,7 +41,8 @@ from core.ledger import ProviderLedger, ProviderReview, Versions
 from core.states import RequestState
 from tui import policy
 from tui.desk import Desk
-from tui.format import ledger_label, shown_lines, without_password
+from tui.format import failure_line, ledger_label, shown_lines, without_password
+from tui.messages import WorkersChanged
 from tui.mirror import LedgerMirror
 from tui.poller import POLL_INTERVAL_S, Poller
 from tui.screens.dashboard import DashboardScreen
@@ -51,6 +53,11 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
     from core.ingest.providers import RemoteProvider
+
+logger = logging.getLogger(__name__)
+
+# What the header adds to the ledger's name while the ledger cannot be read.
+LEDGER_DOWN_MARK = "· cannot read the ledger, retrying"
 
 
 class IngestDeskApp(App[int]):
@@ -78,6 +85,15 @@ class IngestDeskApp(App[int]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", tooltip="Stop workers (handing back their tasks) and quit"),
+        # In the footer only while an in-process worker has stopped by itself
+        # (check_action): a key for a rare moment need not cost footer room always.
+        Binding(
+            "ctrl+r",
+            "restart_workers",
+            "Restart",
+            key_display="^r",
+            tooltip="Start again the in-process workers that stopped by themselves",
+        ),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("w", "add_worker", "+Worker", tooltip="Start one more in-process worker"),
         Binding("W", "remove_worker", "-Worker", tooltip="Stop the newest in-process worker"),
@@ -117,7 +133,14 @@ class IngestDeskApp(App[int]):
         if not read_only:
             # Short enough for the table's worker column, distinct between dashboards.
             prefix = worker_prefix or f"tui{os.getpid() % 1000:03d}"
-            self.workforce = Workforce(ledger, self, prefix=prefix, pool=pool, provider=provider)
+            self.workforce = Workforce(
+                ledger,
+                self,
+                prefix=prefix,
+                pool=pool,
+                provider=provider,
+                on_change=self._workers_changed,
+            )
         self.initial_workers = 0 if read_only else max(0, workers)
         self.clock: Callable[[], float] = clock or time.time
         self.actor = actor or _default_actor()
@@ -135,11 +158,13 @@ class IngestDeskApp(App[int]):
             interval_s=poll_interval_s,
             activity=list if self.workforce is None else self.workforce.drain_activity,
             on_baseline=self._started,
+            on_outage=self._ledger_outage,
         )
         self._lifetime = ExitStack()  # what on_unmount undoes
         self._quitting = False
         self.db_url = settings.db_url
-        self.sub_title = ledger_label(settings.db_url, read_only=read_only)
+        self._ledger_label = ledger_label(settings.db_url, read_only=read_only)
+        self.sub_title = self._ledger_label
 
     @property
     def desk(self) -> Desk:
@@ -235,7 +260,34 @@ class IngestDeskApp(App[int]):
         await self.shutdown()
         self._lifetime.close()
 
+    def _ledger_outage(self, why: str | None) -> None:
+        # The poller's toast fades; the header keeps saying it until the ledger is
+        # back, so a view that stopped moving is never taken for a quiet ledger.
+        self.sub_title = self._ledger_label + ("" if why is None else f"  {LEDGER_DOWN_MARK}")
+        dashboard = self._dashboard()
+        if why is None and dashboard is not None:
+            # A window load that failed during the outage left the table short.
+            dashboard.reload_window()
+
     # ----------------------------------------------------------------- workers
+
+    def _workers_changed(self) -> None:
+        # A worker stopped by itself, lost or found the ledger: the panel shows it
+        # now (polls may be failing), and ^r Restart appears or goes.
+        self.refresh_bindings()
+        for screen in self.screen_stack:
+            if hasattr(screen, "on_workers_changed"):
+                screen.post_message(WorkersChanged())
+
+    def action_restart_workers(self) -> None:
+        workforce = policy.workforce_for(self, "restart_workers")
+        if workforce is None:
+            return
+        restarted = workforce.restart_stopped()
+        if not restarted:
+            self.notify("no stopped workers to restart", severity="warning", timeout=3)
+            return
+        self.notify(f"restarted {', '.join(restarted)}: expired leases are reaped first", timeout=3)
 
     def action_add_worker(self) -> None:
         workforce = policy.workforce_for(self, "add_worker")
@@ -309,7 +361,10 @@ class IngestDeskApp(App[int]):
     # ----------------------------------------------------------------- policy
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide ledger-changing actions from the footer and palette in read-only mode."""
+        """Hide ledger-changing actions from the footer and palette in read-only mode,
+        and the restart key while no worker has stopped."""
+        if action == "restart_workers" and self.workforce is not None:
+            return bool(self.workforce.stopped())
         return policy.allows(self, action)
 
     def on_key(self, event: events.Key) -> None:
@@ -348,6 +403,12 @@ class IngestDeskApp(App[int]):
                 "Stop the newest in-process worker",
                 "remove_worker",
                 self.action_remove_worker,
+            ),
+            (
+                "Restart stopped workers",
+                "Start again the in-process workers that stopped by themselves (ctrl+r)",
+                "restart_workers",
+                self.action_restart_workers,
             ),
             (
                 "Pause / resume workers",
@@ -403,6 +464,15 @@ def _one_line(message: str, settings: Settings) -> str:
     return visible(without_password(message, settings.db_url))
 
 
+def _one_line_background_failure(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    exc = context.get("exception")
+    what = context.get("message", "background task failed")
+    if isinstance(exc, BaseException):
+        logger.warning("%s: %s", visible(what), failure_line(exc))
+    else:
+        logger.warning("%s", visible(what))
+
+
 async def _run(settings: Settings, *, faults_dir: Path | None = None, **options: object) -> int:
     try:
         ledger = await Ledger.open(settings)
@@ -410,9 +480,13 @@ async def _run(settings: Settings, *, faults_dir: Path | None = None, **options:
         print(f"ingestdesk: {_one_line(exc.message, settings)}", file=sys.stderr)
         return exc.exit_code or 1
     except Exception as exc:  # e.g. a driver error before the ledger's own checks
-        why = _one_line(f"{type(exc).__name__}: {exc}", settings)
+        why = _one_line(failure_line(exc), settings)
         print(f"ingestdesk: cannot open the ledger: {why}", file=sys.stderr)
         return 1
+    # A background task that failed with nobody awaiting it is reported by asyncio
+    # when it is collected, with a traceback, often after the app has given the
+    # terminal back: one line in the log instead, whatever state the workers are in.
+    asyncio.get_running_loop().set_exception_handler(_one_line_background_failure)
     try:
         # Whatever is entered here outlives the app and is closed after it, in
         # reverse: the workers have stopped before their provider goes.

@@ -115,10 +115,24 @@ def plain(text: str) -> Content:
 
 def failure_line(exc: BaseException) -> str:
     """One line for a failure: the ledger's own message, or (a fault of the database,
-    the disk or a row the ledger cannot read) the exception's type and text."""
+    the disk or a row the ledger cannot read) the exception's type and text.
+
+    A database layer's error wraps the driver's (``orig``) in text of its own: the
+    statement, its parameters and a link to its documentation, over several lines.
+    Only the driver's error is shown, by its own type, and only its first line.
+    """
     if isinstance(exc, IngestDeskError):
-        return visible(exc.message)
-    return visible(f"{type(exc).__name__}: {exc}")
+        return visible(_first_line(exc.message))
+    driver = getattr(exc, "orig", None)
+    if isinstance(driver, BaseException):
+        # An adapted driver (asyncpg through SQLAlchemy) raises a generic "Error"
+        # whose cause is the driver's own, better-named one.
+        exc = driver.__cause__ if isinstance(driver.__cause__, Exception) else driver
+    return visible(f"{type(exc).__name__}: {_first_line(str(exc))}")
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def snippet_text(snippet: str) -> Text:

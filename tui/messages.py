@@ -25,3 +25,13 @@ class LedgerChanged(Message):
     tasks: list[TaskView]
     now: float
     activity: list[str] = field(default_factory=list)
+
+
+@dataclass
+class WorkersChanged(Message):
+    """An in-process worker stopped by itself, lost the ledger or found it again:
+    the workers panel is redrawn now rather than at the next poll (which may be
+    failing for the same reason). Coalesced: the panel reads the workforce anew."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, WorkersChanged)

@@ -30,6 +30,7 @@ CHANGING_ACTIONS: dict[str, str] = {
     "bulk": "change tasks in bulk",
     "add_worker": "add workers",
     "remove_worker": "stop workers",
+    "restart_workers": "restart workers",
     "toggle_pause": "pause workers",
     "race": "run a claim race (it submits a task)",
     "resend": "resend provider requests",

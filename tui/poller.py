@@ -52,6 +52,10 @@ def _nothing() -> None:
     return None
 
 
+def _no_outage(_why: str | None) -> None:
+    return None
+
+
 class Poller:
     """Keeps a mirror of the ledger current and tells the screens.
 
@@ -67,6 +71,8 @@ class Poller:
         interval_s: Seconds between polls.
         activity: Worker log lines since the last poll, handed on with each poll.
         on_baseline: Called once, when the baseline has been read.
+        on_outage: Called with one line when polls start failing (the ledger cannot
+            be read), and with None when a poll succeeds again.
     """
 
     def __init__(
@@ -81,6 +87,7 @@ class Poller:
         interval_s: float = POLL_INTERVAL_S,
         activity: Callable[[], list[str]] = _no_activity,
         on_baseline: Callable[[], None] = _nothing,
+        on_outage: Callable[[str | None], None] = _no_outage,
     ) -> None:
         self.host = host
         self.reads = reads
@@ -91,6 +98,7 @@ class Poller:
         self.interval_s = interval_s
         self.activity = activity
         self.on_baseline = on_baseline
+        self.on_outage = on_outage
         self.ledger_workers: list[WorkerView] = []
         self.provider_counts: dict[RequestState, int] = dict.fromkeys(RequestState, 0)
         self.baseline_taken = False
@@ -165,13 +173,18 @@ class Poller:
                 # half the rate halves that cost, while a quiet ledger is still
                 # noticed within one normal interval.
                 delay = self.interval_s * BUSY_POLL_FACTOR
-            self._failures = 0
+            if self._failures:
+                # Said once, like the failure: the view is live again by itself.
+                self._failures, self._last_error = 0, ""
+                self.on_outage(None)
+                self.host.notify("the ledger can be read again", title="ledger", timeout=4)
         except Exception as exc:  # the dashboard must outlive a flaky ledger
             self._failures += 1
             delay = min(self.interval_s * 2**self._failures, POLL_ERROR_BACKOFF_MAX_S)
             message = failure_line(exc)
             if message != self._last_error:
                 self._last_error = message
+                self.on_outage(message)
                 self.host.notify(
                     f"cannot read the ledger: {message}; retrying",
                     severity="error",

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
-from textual.widgets import DataTable, Input, Log, RichLog
+from textual.widgets import DataTable, Input, Log, RichLog, Static
 
 from core import ErrorCode, Stage, TaskStatus, WorkerEvent, visible
 from tests.tui.conftest import APP_SIZE, Seeded, submit, wait_for
@@ -141,7 +141,9 @@ async def test_main_screen_shows_hostile_names_and_ids_escaped(empty: Seeded) ->
         # The running-now panel and the workers panel.
         title = screen.query_one("#running-slot-0 .running-title")
         assert "ev\\x1b[2J\\x1b]0;pwned" in str(title.render())
-        assert "w\\x1b[2J" in str(screen.query_one("#workers").render())
+        panel = screen.query("#workers Static").results(Static)
+        workers = "\n".join(str(line.content) for line in panel)
+        assert "w\\x1b[2J" in workers
         # The worker log: a line quoting a parser's error about a document's bytes.
         screen.post_message(LedgerChanged([], seeded.clock(), [f"failed detail={EVIL_DETAIL}"]))
         log = screen.query_one("#activity", RichLog)

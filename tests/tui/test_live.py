@@ -16,7 +16,7 @@ from textual.widgets import Log
 from core import Ledger, Settings, TaskStatus, sqlite_url
 from tests.hostile import make_pdf
 from tests.tui.conftest import APP_SIZE, Seeded, submit, wait_for
-from tui.app import IngestDeskApp, run_dashboard
+from tui.app import LEDGER_DOWN_MARK, IngestDeskApp, run_dashboard
 from tui.screens.race import RACERS, RaceScreen
 from tui.widgets.task_table import TaskTable
 
@@ -135,3 +135,44 @@ def test_unopenable_ledger_is_one_clear_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ingestdesk: ")
     assert "ledger" in err
+
+
+async def test_a_ledger_that_cannot_be_read_is_one_clean_line_until_it_can(
+    tmp_path: Path,
+) -> None:
+    """The ledger's file is overwritten under the dashboard (a real fault: SQLite
+    answers "file is not a database", which SQLAlchemy wraps in its statement, its
+    parameters and a sqlalche.me link). The dashboard says it once, in one line of
+    the driver's words, and keeps it in the header; when the file is whole again the
+    header clears, it says so, and the live view picks up what changed meanwhile."""
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "obj")
+    async with await Ledger.open(settings) as ledger:
+        app = IngestDeskApp(ledger, workers=0, poll_interval_s=POLL_S)
+        async with app.run_test(size=APP_SIZE) as pilot:
+            await wait_for(pilot, lambda: app.poller.baseline_taken, what="the baseline")
+            # The database and its WAL index, overwritten in place (the connections
+            # hold them open); the index too, or a connection trusts its page cache.
+            files = [tmp_path / f"ledger.db{end}" for end in ("", "-wal", "-shm")]
+            whole = {path: path.read_bytes() for path in files if path.exists()}
+            for path in whole:
+                with path.open("r+b") as file:
+                    file.write(b"not a database" * 512)
+            await wait_for(pilot, lambda: LEDGER_DOWN_MARK in app.sub_title, what="the outage")
+            said = [n.message for n in app._notifications if "cannot read" in n.message]
+            assert said == [
+                "cannot read the ledger: DatabaseError: file is not a database; retrying"
+            ]
+            for path, data in whole.items():
+                with path.open("r+b") as file:
+                    file.write(data)
+                    file.truncate()
+            await wait_for(pilot, lambda: LEDGER_DOWN_MARK not in app.sub_title, what="recovery")
+            assert "the ledger can be read again" in [n.message for n in app._notifications]
+            task = await submit_note(ledger, "after-the-outage.md")
+            table = app.screen_stack[1].query_one(TaskTable)
+            await wait_for(pilot, lambda: task in table.tasks, what="the live view")
+
+
+async def submit_note(ledger: Ledger, name: str) -> str:
+    document = await ledger.operator.upload(b"# back\n\nThe ledger is back.\n", name)
+    return (await ledger.operator.submit(document.document_id, actor="t")).task_id

@@ -1,11 +1,17 @@
 """The dashboard in an 80x24 terminal: the task table keeps status, stage, progress
-and error code on screen, the side panel folds away (``v`` swaps it in), and a
-resize switches between the layouts both ways."""
+and error code on screen, the side panel folds away (``i`` swaps it in), and a
+resize switches between the layouts both ways. At the common widths (80, 100, 120,
+160) the footer shows each key whole or not at all, the counts' names are whole, and
+from 120 columns the side panel sits beside the table."""
 
 from __future__ import annotations
 
+import pytest
+from textual.binding import Binding
+
 from tests.tui.conftest import APP_SIZE, Seeded, wait_for
 from tests.tui.driving import dashboard, make_app, ready, screen_text, table
+from tui.app import IngestDeskApp
 from tui.screens.dashboard import SIDE_PANEL_FROM, DashboardScreen
 from tui.screens.search import SearchScreen
 from tui.widgets.task_columns import NARROW, WIDE
@@ -129,3 +135,48 @@ async def test_a_wide_dashboard_keeps_search_last_and_the_palette_hint(seeded: S
         assert screen_text(app).splitlines()[-1].rstrip().endswith("^p palette")
         await pilot.press("ctrl+f")
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen), what="search")
+
+
+COMMON_WIDTHS = (80, 100, 120, 160)  # columns
+
+
+def footer_labels(app: IngestDeskApp) -> set[str]:
+    """Every "key description" the dashboard's footer could show."""
+    bindings = Binding.make_bindings([*IngestDeskApp.BINDINGS, *DashboardScreen.BINDINGS])
+    labels = {f"{app.get_key_display(b)} {b.description}" for b in bindings}
+    return labels | {"⏎ Open", "▏^p palette", "^p palette", "o Sort"}
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_at_common_widths_the_footer_shows_keys_whole(
+    seeded: Seeded, read_only: bool
+) -> None:
+    for width in COMMON_WIDTHS:
+        app = make_app(seeded, read_only=read_only)
+        async with app.run_test(size=(width, 30)) as pilot:
+            await ready(pilot, rows=len(seeded.tasks))
+            labels = footer_labels(app)
+
+            def footer(app: IngestDeskApp = app) -> str:
+                return screen_text(app).splitlines()[-1]
+
+            await wait_for(pilot, lambda: "Open" in footer(), what="the footer")
+            shown = [item.strip() for item in footer().split("  ") if item.strip()]
+            cut = [item for item in shown if item not in labels]
+            assert not cut, (width, footer())
+            assert "? Help" in shown or width < 120, (width, footer())
+
+
+async def test_from_120_columns_the_side_panel_is_beside_the_table(seeded: Seeded) -> None:
+    assert SIDE_PANEL_FROM == 120  # what the README says
+    for width in COMMON_WIDTHS:
+        app = make_app(seeded)
+        async with app.run_test(size=(width, 30)) as pilot:
+            await ready(pilot, rows=len(seeded.tasks))
+            await pilot.pause(0.1)
+            screen = dashboard(app)
+            assert screen.query_one("#side").display is (width >= 120), width
+            shown = screen_text(app)
+            # The counts' names whole, as boxes' titles or as plain lines.
+            for label in ("0 all", "1 queued", "2 running", "3 retry_wait", "5 succeeded"):
+                assert label in shown, (width, label)

@@ -57,6 +57,17 @@ def test_main_screen(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
     assert snap_compare(snapshot_app(seeded_sync), terminal_size=APP_SIZE, run_before=run_before)
 
 
+def test_main_screen_120x36(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
+    """A 120-column terminal: the side panel beside the table's narrow layout, the
+    counts as plain lines (too little room for their boxes' titles), the footer's
+    keys whole."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await loaded(pilot, seeded_sync)
+
+    assert snap_compare(snapshot_app(seeded_sync), terminal_size=(120, 36), run_before=run_before)
+
+
 def test_main_screen_80x24(snap_compare: SnapCompare, seeded_sync: Seeded) -> None:
     """The narrow layout: the side panel folded away, every row's triage columns whole."""
 

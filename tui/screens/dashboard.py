@@ -1,7 +1,8 @@
 """The main screen: counts, throughput, the live task table, running tasks, workers.
 
-Below ``SIDE_PANEL_FROM`` columns (an 80x24 terminal) the side panel is folded away
-and the table takes the whole width; ``i`` swaps between the table and the panel.
+Below ``SIDE_PANEL_FROM`` (120) columns — an 80- or 100-column terminal — the side
+panel is folded away and the table takes the whole width; ``i`` swaps between the
+table and the panel.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, RichLog
+from textual.widgets import Header, RichLog
 
 from core import BadInput, Operator, TaskView, visible
 from tui import policy
 from tui.desk import Desk, desk_of
 from tui.filtering import TaskQuery, parse_query, status_query
 from tui.format import failure_line, plain
-from tui.messages import LedgerChanged
+from tui.messages import LedgerChanged, WorkersChanged
 from tui.mirror import THROUGHPUT_BUCKET_S, THROUGHPUT_BUCKETS
 from tui.widgets.counts import STATUS_KEYS, ProviderLine, StatusCounts
 from tui.widgets.filter_bar import FilterBar
+from tui.widgets.footer import WholeKeysFooter
 from tui.widgets.running import RunningNow
 from tui.widgets.task_table import TaskTable
 from tui.widgets.throughput import Throughput
@@ -36,10 +38,16 @@ from tui.widgets.workers import WorkersPanel
 
 ROWS_REFRESH_S = 10.0  # seconds between re-renders of ages and stall marks (ages step by 10 s)
 BACKFILL_AFTER_S = 2.0  # seconds a short window waits before it is reloaded
-# Columns from which the side panel sits beside the table: the panel (42, app.tcss),
+# Columns from which the side panel sits beside the table: the panel (40, app.tcss),
 # the table's border and scrollbar (3) and the narrow layout's row (77) fit, so the
-# error column stays whole. Below, the panel is folded away.
-SIDE_PANEL_FROM = 122
+# error column stays whole. 120 columns is a common terminal width (and a common
+# split of a wide screen): there the panel is shown. Below, it is folded away.
+SIDE_PANEL_FROM = 120
+# Columns from which each count gets its bordered box with big digits: beside the
+# panel (40) and the table's border (2), seven boxes with their titles whole take 107
+# ("─ 3 retry_wait ─" alone 18; app.tcss). Below, each count is a plain line, as on a
+# narrow screen, rather than boxes with cut titles ("1 qu…").
+COUNT_BOXES_FROM = 150
 
 
 class DashboardScreen(Screen[None]):
@@ -66,10 +74,12 @@ class DashboardScreen(Screen[None]):
         # Not in the footer: each count box is labelled with its key ("4 failed").
         *(Binding(key, f"status_filter('{key}')", "0-6 status", show=False) for key in STATUS_KEYS),
     ]
-    # The screen gets -narrow or -wide; app.tcss folds the side panel on -narrow.
+    # The screen gets -narrow, -mid or -wide; app.tcss folds the side panel on
+    # -narrow and draws the counts as plain lines on -narrow and -mid.
     HORIZONTAL_BREAKPOINTS = [
         (0, "-narrow"),
-        (SIDE_PANEL_FROM, "-wide"),
+        (SIDE_PANEL_FROM, "-mid"),
+        (COUNT_BOXES_FROM, "-wide"),
     ]
 
     def __init__(self) -> None:
@@ -106,7 +116,7 @@ class DashboardScreen(Screen[None]):
                 yield RunningNow(id="running")
                 yield WorkersPanel(id="workers")
                 yield RichLog(id="activity", max_lines=500, wrap=True, markup=False, min_width=20)
-        yield Footer()
+        yield WholeKeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#activity", RichLog).border_title = "Worker log"
@@ -191,13 +201,7 @@ class DashboardScreen(Screen[None]):
         )
         stalled = {t for t, task in mirror.running.items() if mirror.is_stalled(task, now)}
         self.query_one(RunningNow).update_tasks(mirror.running, stalled)
-        workforce = desk.workforce
-        self.query_one(WorkersPanel).show(
-            [] if workforce is None else workforce.local_workers(),
-            desk.ledger_workers,
-            now,
-            paused=workforce is not None and workforce.paused,
-        )
+        self._show_workers(now)
         if message.activity:
             log = self.query_one("#activity", RichLog)
             for line in message.activity:
@@ -205,6 +209,19 @@ class DashboardScreen(Screen[None]):
         if self._short_since is not None and tick - self._short_since >= BACKFILL_AFTER_S:
             self.reload_window()
         self._title_table(len(table.tasks))
+
+    def _show_workers(self, now: float) -> None:
+        desk = self.desk
+        workforce = desk.workforce
+        self.query_one(WorkersPanel).show(
+            [] if workforce is None else workforce.local_workers(),
+            desk.ledger_workers,
+            now,
+            paused=workforce is not None and workforce.paused,
+        )
+
+    def on_workers_changed(self, _message: WorkersChanged) -> None:
+        self._show_workers(self.desk.clock())
 
     def on_task_table_window_short(self, _message: TaskTable.WindowShort) -> None:
         if self._short_since is None:
@@ -361,7 +378,7 @@ class DashboardScreen(Screen[None]):
         # room for the table's keys and ^f Search, not for the palette's hint too:
         # ^p still opens it, and the help screen lists it.
         self.refresh_bindings()
-        self.query_one(Footer).show_command_palette = not self.has_class("-narrow")
+        self.query_one(WholeKeysFooter).show_command_palette = not self.has_class("-narrow")
 
     def palette_commands(self) -> list[tuple[str, str, str, Callable[[], object]]]:
         """(title, help, action, callback) for the command palette."""

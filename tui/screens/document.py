@@ -20,12 +20,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from core import DocumentStatus, DocumentView, NotFound, SearchHit, visible
 from core.states import DOCUMENT_MEANING
 from tui.desk import Desk, desk_of
 from tui.format import HIT_STYLE, failure_line, plain, shorten, snippet_text, when
+from tui.widgets.footer import WholeKeysFooter
 
 if TYPE_CHECKING:
     from core.ledger.views import DocumentEventView
@@ -60,7 +61,7 @@ class DocumentScreen(Screen[None]):
                 yield Static("", id="document-chunk")
             yield DataTable(id="document-versions", cursor_type="row", zebra_stripes=True)
             yield DataTable(id="document-history", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield WholeKeysFooter()
 
     def on_mount(self) -> None:
         versions = self.query_one("#document-versions", DataTable)

@@ -12,10 +12,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from core import ERRORS, PAIRED_DOCUMENT_STATUS, TASK_MEANING, DocumentStatus
 from core.states import DOCUMENT_MEANING
+from tui.widgets.footer import WholeKeysFooter
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("s", "submit files: type paths (→ completes), several at once; upload + submit"),
@@ -31,10 +32,11 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("0 … 6", "show all, queued, running, retry_wait, failed, succeeded, cancelled"),
     ("b", "bulk cancel / retry of every task matching the filter (dry run first)"),
     ("o", "sort the table by the next column (or click a header)"),
-    ("i", "narrow terminal: swap the task table and the side panel"),
+    ("i", "below 120 columns: swap the task table and the side panel"),
     ("arrows", "↑ ↓ pgup pgdn home end move in the table; a click selects"),
     ("w / W", "start one more / stop the newest in-process worker"),
     ("p", "pause / resume the in-process workers (running tasks finish)"),
+    ("ctrl+r", "restart the in-process workers that stopped (shown with why)"),
     ("R", "claim race: two workers try to claim one new task at once"),
     ("ctrl+p", "command palette: every action by name"),
     ("?", "this help"),
@@ -124,7 +126,7 @@ class HelpScreen(Screen[None]):
                     yield Static(document_states_table(), id="help-document-states")
             yield Static(errors_table(), id="help-errors")
             yield Static(Text(FILTER_HELP), id="help-filter")
-        yield Footer()
+        yield WholeKeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#help").focus()

@@ -14,11 +14,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Label, Log, Static
+from textual.widgets import Header, Label, Log, Static
 
 from core import Operator, WorkerEvent, visible
 from tui.desk import Desk, desk_of
 from tui.format import failure_line
+from tui.widgets.footer import WholeKeysFooter
 
 if TYPE_CHECKING:
     from tui.workforce import Workforce
@@ -67,7 +68,7 @@ class RaceScreen(Screen[None]):
                     yield Label(racer, classes="race-title")
                     yield Log(id=f"log-{racer}", max_lines=500)
         yield Static("", id="race-result", markup=False)
-        yield Footer()
+        yield WholeKeysFooter()
 
     def on_mount(self) -> None:
         # The dashboard's own workers would otherwise join in and spoil the race.

@@ -22,13 +22,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from core import ChunkView, DocumentStatus, DocumentView, TaskStatus, visible
 from tui import policy
 from tui.desk import Desk, desk_of
 from tui.format import age, failure_line, shorten
 from tui.messages import LedgerChanged
+from tui.widgets.footer import WholeKeysFooter
 
 if TYPE_CHECKING:
     from core.ledger.review_diff import VersionDiff
@@ -152,7 +153,7 @@ class ReviewDeskScreen(Screen[None]):
                 yield Static("", id="review-summary")
                 yield Static("", id="review-diff")
                 yield Static("", id="review-chunks")
-        yield Footer()
+        yield WholeKeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#review-queue", DataTable)

@@ -18,12 +18,13 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, OptionList, Static
+from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from core import BadInput, SearchHit, visible
 from tui.desk import Desk, desk_of
 from tui.format import failure_line, shorten, snippet_text
+from tui.widgets.footer import WholeKeysFooter
 from tui.widgets.plain_input import PlainInput
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class SearchScreen(Screen[None]):
         )
         yield Static(Text(f"type at least {MIN_CHARS} characters", style="dim"), id="search-status")
         yield OptionList(id="search-hits")
-        yield Footer()
+        yield WholeKeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#search-hits", OptionList).border_title = "Hits, best first"

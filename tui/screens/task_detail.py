@@ -21,7 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from core import (
     ERRORS,
@@ -42,6 +42,7 @@ from tui.desk import Desk, desk_of
 from tui.format import age, failure_line, plain, shorten, when
 from tui.messages import LedgerChanged
 from tui.widgets.counts import request_state_label
+from tui.widgets.footer import WholeKeysFooter
 
 CHUNK_PREVIEW = 5  # chunks shown
 CHUNK_PREVIEW_CHARS = 240  # characters of each chunk shown
@@ -154,7 +155,7 @@ class TaskDetailScreen(Screen[None]):
             yield DataTable(id="detail-attempts", cursor_type="row", zebra_stripes=True)
             yield DataTable(id="detail-events", cursor_type="row", zebra_stripes=True)
             yield Static("", id="detail-chunks")
-        yield Footer()
+        yield WholeKeysFooter()
 
     def on_mount(self) -> None:
         attempts = self.query_one("#detail-attempts", DataTable)
