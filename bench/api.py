@@ -50,6 +50,7 @@ from bench.common import (
     python_env,
     ratio,
 )
+from core.filters import FILTER_TERMS_MAX, FILTER_TEXT_MAX
 
 SUBMIT_NAME = "bench-submit"  # the timed submits' documents, told apart from the corpus
 CONCURRENCY = 8  # requests in flight from the load client
@@ -58,10 +59,6 @@ START_TIMEOUT_S = 30.0  # seconds for a server to answer
 HOSTILE_FILTER_CLIENTS = 4  # clients sending the largest accepted filter, back to back
 HOSTILE_SLOW_CONNECTIONS = 100  # connections that trickle their headers
 SLOW_BYTE_EVERY_S = 1.0  # seconds between the bytes a slow connection sends
-# The largest filter the API accepts. core.filters is gaining a limit on terms and
-# length (another change, in flight as this is written, not in this tree): once it
-# lands, use that limit here. Until then, a long but accepted filter of this many terms.
-FILTER_TERMS = 50
 
 
 @dataclass(frozen=True)
@@ -78,8 +75,13 @@ QUICK = Plan(get_seconds=1.0, submits=40, documents=300, rounds=1, probes=150)
 
 
 def largest_filter() -> str:
-    """The longest filter the API accepts (see FILTER_TERMS)."""
-    return " ".join(f"!name:hostile-{i:04d}" for i in range(FILTER_TERMS))
+    """A filter at the API's limits: as many terms as it accepts, each negated and as
+    long as still fits the length limit (the most work one request may ask for)."""
+    width = (FILTER_TEXT_MAX + 1) // FILTER_TERMS_MAX - 1  # characters a term, with its space
+    terms = [f"!name:hostile-{i:04d}".ljust(width, "x") for i in range(FILTER_TERMS_MAX)]
+    text = " ".join(terms)
+    assert len(text) <= FILTER_TEXT_MAX
+    return text
 
 
 def probe_latencies(url: str, headers: dict[str, str], n: int) -> list[float]:

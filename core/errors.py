@@ -45,6 +45,15 @@ class LedgerUnavailable(IngestDeskError):
     """The ledger could not be opened."""
 
     exit_code = 1
+    # Which ledger, as the message starts ("ledger PATH"): a screen that already
+    # names its ledger shows only the reason.
+    where = ""
+
+    @property
+    def reason(self) -> str:
+        """The message without its ``where`` prefix."""
+        prefix = f"{self.where}: "
+        return self.message.removeprefix(prefix) if self.where else self.message
 
 
 # sysexits.h's EX_TEMPFAIL: "a temporary failure; the user is invited to retry".

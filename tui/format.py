@@ -22,7 +22,15 @@ from urllib.parse import unquote, urlsplit
 from rich.text import Text
 from textual.content import Content
 
-from core import ERRORS, ErrorCode, IngestDeskError, TaskStatus, shown_url, visible
+from core import (
+    ERRORS,
+    ErrorCode,
+    IngestDeskError,
+    LedgerUnavailable,
+    TaskStatus,
+    shown_url,
+    visible,
+)
 
 HIT_STYLE = "bold black on yellow"  # a word search matched
 # A matched word as the ledger's search marks it. No "*" inside: a chunk's own
@@ -121,6 +129,9 @@ def failure_line(exc: BaseException) -> str:
     statement, its parameters and a link to its documentation, over several lines.
     Only the driver's error is shown, by its own type, and only its first line.
     """
+    if isinstance(exc, LedgerUnavailable):
+        # The dashboard names its ledger already: only why it cannot be read.
+        return visible(_first_line(exc.reason))
     if isinstance(exc, IngestDeskError):
         return visible(_first_line(exc.message))
     driver = getattr(exc, "orig", None)

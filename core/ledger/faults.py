@@ -86,6 +86,13 @@ def outside_fault(exc: BaseException, url: URL, doing: str = "ledger") -> Ledger
     if isinstance(exc, LedgerUnavailable):
         return exc
     where = f"{doing} {shown_url(url)}"
+    fault = _fault(exc, url, where)
+    if fault is not None:
+        fault.where = where
+    return fault
+
+
+def _fault(exc: BaseException, url: URL, where: str) -> LedgerUnavailable | None:
     if isinstance(exc, sqlite3.Error):
         # The hot statements run on SQLite's own cursor (core.ledger.prepared), so
         # the driver's error arrives unwrapped.
