@@ -290,6 +290,7 @@ async def build_ledger(root: Path, size: int) -> BuiltLedger:
                     "id": doc_id,
                     "family_id": doc_id,
                     "filename": f"report-{i:06d}.md",
+                    "filename_folded": f"report-{i:06d}.md",  # ASCII: folds to itself
                     "created_at": at,
                     "updated_at": tpl["doc"]["updated_at"] + shift,
                 }

@@ -17,6 +17,7 @@ from fastapi_offline import FastAPIOffline
 from core.api import documents, problems, service, tasks, versions
 from core.api.auth import Gate
 from core.api.bodies import BodyGuard, BodyLimits
+from core.api.context import filtered_reads
 from core.api.routing import HeadAsGet
 from core.api.uploads import upload_slots
 from core.config import Settings
@@ -37,6 +38,7 @@ def create_app(settings: Settings, bodies: BodyLimits | None = None) -> FastAPI:
         # Open mode is decided here, once (see core.api.auth).
         app.state.gate = await Gate.start(ledger)
         app.state.upload_slots = upload_slots()
+        app.state.filtered_reads = filtered_reads()
         try:
             yield
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import math
 from typing import Annotated, Any
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BeforeValidator
 
 from core.api.auth import Operator, Viewer
-from core.api.context import ledger_of
+from core.api.context import filtered_reads_of, ledger_of
 from core.api.problems import responses
 from core.api.routing import GuardedRoute
 from core.errors import BadInput
@@ -81,13 +82,17 @@ async def list_tasks(
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> dict[str, Any]:
     """``next_cursor`` continues after this page (null on the last page)."""
-    tasks = await ledger_of(request).reads.list_tasks(
-        status=status,
-        error_code=error_code,
-        filter=parse_filter(filter) if filter is not None else None,
-        limit=limit + 1,  # one more tells whether another page follows
-        before=decode_cursor(cursor) if cursor else None,
-    )
+    task_filter = parse_filter(filter) if filter is not None else None
+    reads = ledger_of(request).reads
+    turn = filtered_reads_of(request) if task_filter is not None else contextlib.nullcontext()
+    async with turn:
+        tasks = await reads.list_tasks(
+            status=status,
+            error_code=error_code,
+            filter=task_filter,
+            limit=limit + 1,  # one more tells whether another page follows
+            before=decode_cursor(cursor) if cursor else None,
+        )
     page = tasks[:limit]
     more = len(tasks) > limit
     return {

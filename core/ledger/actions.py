@@ -162,20 +162,7 @@ class Operator:
         now = self.clock()
         ids = [self._ids() for _ in files]
         return [
-            {
-                "id": doc_id,
-                "family_id": doc_id,
-                "version_no": 1,
-                "filename": display_name(name),
-                "sha256": digest,
-                "object_key": key,
-                "size": size,
-                "kind": kind.value,
-                "status": DocumentStatus.DRAFT.value,
-                "version": 1,
-                "created_at": now,
-                "updated_at": now,
-            }
+            rows.draft_row(doc_id, display_name(name), kind, key, digest, size, now)
             for doc_id, (_, name), kind, (key, digest, size) in zip(
                 ids, files, kinds, stored, strict=True
             )

@@ -456,7 +456,8 @@ def _folded_sqlite(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
 def term_clause(term: Term) -> ColumnElement[bool]:
     """SQL for one filter term; NULLs are coalesced so negation means what
     :meth:`Term.matches` means, and text is case-folded as it folds it."""
-    name = folded(func.coalesce(DOCUMENTS.c.filename, ""))
+    # Stored folded (documents.filename_folded): no fold call per row and term.
+    name = func.coalesce(DOCUMENTS.c.filename_folded, "")
     code = func.coalesce(TASKS.c.error_code, "")
     value = term.value
     clause: ColumnElement[bool]

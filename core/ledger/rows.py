@@ -15,10 +15,11 @@ from sqlalchemy import Row, Select, Table, func, insert, select
 from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, Conflict, NotFound
+from core.filters import fold
 from core.ledger.schema import DOCUMENT_EVENTS, DOCUMENTS, TASKS
 from core.ledger.statements import INSERT_EVENTS, MOVE_DOCUMENT, TASK_COLUMNS
 from core.ledger.views import DocumentView, TaskView
-from core.states import DocumentStatus
+from core.states import DocumentKind, DocumentStatus
 
 SHORT_ID_MIN = 4  # characters a task/document id prefix needs to be accepted
 _ID_PREFIX = re.compile(rf"[0-9a-f]{{{SHORT_ID_MIN},32}}")
@@ -27,6 +28,30 @@ _ID_PREFIX = re.compile(rf"[0-9a-f]{{{SHORT_ID_MIN},32}}")
 def is_id_prefix(ident: str) -> bool:
     """Whether ``ident`` has the form of an id or an id prefix (see resolve_id)."""
     return _ID_PREFIX.fullmatch(ident.strip().lower()) is not None
+
+
+def draft_row(
+    doc_id: str, name: str, kind: DocumentKind, key: str, digest: str, size: int, now: float
+) -> dict[str, object]:
+    """A new document's row, a draft at version 1 of its own family, not yet written.
+    Its name is stored folded beside it: filters match names by the folded text, and
+    folding in SQL would call Python once a row and a term on SQLite, holding the GIL
+    for the whole statement (a 32-term filter over 2 400 tasks: 37 ms against 6 ms)."""
+    return {
+        "id": doc_id,
+        "family_id": doc_id,
+        "version_no": 1,
+        "filename": name,
+        "filename_folded": fold(name),
+        "sha256": digest,
+        "object_key": key,
+        "size": size,
+        "kind": kind.value,
+        "status": DocumentStatus.DRAFT.value,
+        "version": 1,
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def resolve_id(conn: Connection, table: Table, ident: str, what: str) -> str:

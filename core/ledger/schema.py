@@ -62,6 +62,9 @@ DOCUMENTS = Table(
     Column("id", String(32), primary_key=True),
     # Display text only: never joined into a path.
     Column("filename", String(255), nullable=False),
+    # The name as filters match it (core.filters.fold), written with the row: folding
+    # in a filter's SQL costs a Python call per row and term on SQLite (0012).
+    Column("filename_folded", String(255), nullable=True),
     # Indexed: a claim asks whether another document holds the same bytes (only then
     # can a result to reuse, or a twin making it, exist).
     Column("sha256", String(64), index=True, nullable=False),

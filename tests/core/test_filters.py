@@ -261,6 +261,60 @@ async def test_filters_fold_every_script_alike_in_sql_and_in_memory(ledger: Ledg
         assert dry.eligible == len(expected), text
 
 
+async def test_a_ledger_from_before_stored_folded_names_is_filled_when_opened(
+    tmp_path: Path,
+) -> None:
+    """Migration 0012 folds the names of the documents already there, as new ones are."""
+    import sqlite3
+
+    from core import Settings, sqlite_url
+
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "o")
+    ledger = await Ledger.open(settings)
+    for name in NAMES:
+        await add(ledger, TEXT + name.encode(), name)
+    await ledger.close()
+    # The ledger as 0011 left it: no folded names.
+    with sqlite3.connect(tmp_path / "ledger.db") as raw:
+        raw.execute("ALTER TABLE documents DROP COLUMN filename_folded")
+        raw.execute("UPDATE alembic_version SET version_num = '0011'")
+
+    ledger = await Ledger.open(settings)
+    try:
+        everything = await ledger.reads.list_tasks(limit=None)
+        names = {t.task_id: t.document_name for t in everything}
+        for text, expected in FILTERS.items():
+            found = await ledger.reads.list_tasks(filter=parse_filter(text))
+            assert {names[t.task_id] for t in found} == expected, text
+    finally:
+        await ledger.close()
+
+
+def test_a_name_filter_calls_no_python_per_row_on_sqlite(tmp_path: Path) -> None:
+    """A filter of many name terms folded each name in Python once a term and a row,
+    holding the GIL through the whole statement: the server's other requests waited
+    (bench.api's hostile neighbours). Names are stored folded; the statement folds
+    nothing."""
+    from sqlalchemy import select
+
+    from core.filters import SQLITE_FOLD_FUNCTION
+    from core.ledger.reads import term_clause
+    from core.ledger.schema import DOCUMENTS, TASKS
+
+    terms = parse_filter(" ".join(f"!name:n{i}" for i in range(FILTER_TERMS_MAX))).terms
+    query = select(TASKS.c.id).select_from(
+        TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
+    )
+    sql = str(query.where(*(term_clause(t) for t in terms)).compile(dialect=_sqlite()))
+    assert SQLITE_FOLD_FUNCTION not in sql
+
+
+def _sqlite() -> object:
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.dialect()
+
+
 def test_filters_fold_non_ascii_capitals_on_the_command_line(tmp_path: Path) -> None:
     added(tmp_path, write(tmp_path / "ÄRGER.txt", TEXT), write(tmp_path / "ΣΟΦΙΑ.txt", MARKDOWN))
 
