@@ -115,13 +115,17 @@ class FailuresScreen(Screen[None]):
 
     @work(exclusive=True, group="failure-groups", exit_on_error=False, description="load failures")
     async def load_groups(self) -> None:
+        # Marked when the read starts, not when it ends: a change polled while the read
+        # runs may be missing from what it returns, and must leave the screen stale for
+        # the next poll to reload (cleared afterwards, the resend test's reload never
+        # came on a loaded machine).
+        self._loaded_at = time.monotonic()
+        self._stale = False
         try:
             groups = await self.desk.reads.failure_groups()
         except Exception as exc:  # the ledger's refusal, or a row it cannot read
             self.notify(failure_line(exc), severity="error", title="cannot load the failures")
             return
-        self._loaded_at = time.monotonic()
-        self._stale = False
         table = self.query_one("#failure-groups", DataTable)
         selected = self.current_group
         self.groups = {group_key(g.error_code, g.stage): g for g in groups}

@@ -10,10 +10,15 @@ it fails with "needs a password", as an encrypted PDF does.
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Callable
 from io import BytesIO
+from typing import TYPE_CHECKING
 
-from core.ingest.limits import check_zip, read_part
+from core.ingest.limits import LimitExceeded, check_zip, read_part
 from core.states import ErrorCode
+
+if TYPE_CHECKING:
+    from core.ingest.formats.base import Extracted
 
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")  # the OLE2 stream's name
@@ -94,3 +99,18 @@ def library_failure(exc: BaseException, what: str) -> str:
         return f"damaged {what} (a required part is missing)"
     # The type name tells a developer where to look without leaking paths or content.
     return f"damaged {what} ({type(exc).__name__})"
+
+
+def parse_package(data: bytes, what: str, extract: Callable[[bytes], Extracted]) -> Extracted:
+    """Check an Office package (its zip guards, its parts) before its library opens it,
+    then run ``extract``: a library's own failure becomes one ``parse_error`` line, while
+    the guards' refusals and our own failures pass unchanged."""
+    from core.ingest.failures import ParseFailure
+
+    open_package(data, what).close()
+    try:
+        return extract(data)
+    except (ParseFailure, LimitExceeded):
+        raise
+    except Exception as exc:
+        raise ParseFailure(ErrorCode.PARSE_ERROR, library_failure(exc, what)) from None

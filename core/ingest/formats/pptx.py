@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from core.ingest.chunker import Location
 from core.ingest.formats.base import Extracted, Format, Prose, Table
-from core.ingest.formats.package import library_failure, open_package
+from core.ingest.formats.package import parse_package
 from core.ingest.limits import MAX_GROUP_DEPTH, LimitExceeded, TableBudget
-from core.states import DocumentKind, ErrorCode
+from core.states import DocumentKind
 
 if TYPE_CHECKING:
     from core.ingest.formats.base import ParseOptions
@@ -24,15 +24,7 @@ WHAT = "PPTX"
 
 
 def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
-    from core.ingest.failures import ParseFailure
-
-    open_package(data, WHAT).close()
-    try:
-        return _extract(data)
-    except (ParseFailure, LimitExceeded):
-        raise
-    except Exception as exc:
-        raise ParseFailure(ErrorCode.PARSE_ERROR, library_failure(exc, WHAT)) from None
+    return parse_package(data, WHAT, _extract)
 
 
 def _extract(data: bytes) -> Extracted:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from core.ingest.chunker import Location
 from core.ingest.formats.base import Extracted, Format, Table
-from core.ingest.formats.package import library_failure, open_package
-from core.ingest.limits import LimitExceeded, TableBudget
-from core.states import DocumentKind, ErrorCode
+from core.ingest.formats.package import parse_package
+from core.ingest.limits import TableBudget
+from core.states import DocumentKind
 
 if TYPE_CHECKING:
     from core.ingest.formats.base import ParseOptions
@@ -41,15 +41,7 @@ def cell_text(value: object) -> str:
 
 
 def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
-    from core.ingest.failures import ParseFailure
-
-    open_package(data, WHAT).close()
-    try:
-        return _extract(data)
-    except (ParseFailure, LimitExceeded):
-        raise
-    except Exception as exc:
-        raise ParseFailure(ErrorCode.PARSE_ERROR, library_failure(exc, WHAT)) from None
+    return parse_package(data, WHAT, _extract)
 
 
 def _extract(data: bytes) -> Extracted:
