@@ -226,8 +226,7 @@ async def test_the_reject_dialogs_refusal_wraps_in_a_120_column_terminal(empty: 
         dialog = app.screen
         await pilot.press("enter")  # no reason
         missing = dialog.query_one("#reason-missing", Label)
-        await wait_for(pilot, lambda: missing.has_class("-shown"))
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: missing.has_class("-shown") and missing.size.height >= 2)
         message = str(missing.content)
         assert message.endswith("(it is kept in the document's history)")
         # Every word of it is on screen, the end on a line of its own.
@@ -252,13 +251,15 @@ async def test_a_deleted_documents_screen_shows_its_kept_history(empty: Seeded) 
         await ready(pilot, rows=0)
         await app.push_screen(DocumentScreen(v2))
         await wait_for(pilot, lambda: isinstance(app.screen, DocumentScreen))
-        await pilot.pause()
         history = app.screen.query_one("#document-history", DataTable)
         await wait_for(pilot, lambda: history.row_count > 0, what="the kept history")
         actions = [history.get_row_at(n)[2] for n in range(history.row_count)]
         assert actions[-2:] == ["delete", "delete"]
-        await pilot.pause(0.1)
-        assert "deleted: no longer in the ledger" in screen_text(app)
+        await wait_for(
+            pilot,
+            lambda: "deleted: no longer in the ledger" in screen_text(app),
+            what="the deleted mark",
+        )
 
 
 async def test_read_only_hides_and_refuses_publish_and_reject(empty: Seeded) -> None:

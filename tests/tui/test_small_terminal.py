@@ -109,8 +109,8 @@ async def test_an_80_column_dashboard_footer_shows_search(seeded: Seeded) -> Non
     app = make_app(seeded)
     async with app.run_test(size=SMALL) as pilot:
         await ready(pilot, rows=len(seeded.tasks))
-        await pilot.pause(0.2)
-        footer = screen_text(app).splitlines()[-1]
+        await wait_for(pilot, lambda: "^f Search" in footer_line(app), what="the footer")
+        footer = footer_line(app)
         assert "^f Search" in footer and "v Review" in footer and "i Panel" in footer
         await pilot.press("ctrl+f")
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen), what="search")
@@ -120,24 +120,28 @@ async def test_a_wide_dashboard_keeps_search_last_and_the_palette_hint(seeded: S
     app = make_app(seeded)
     async with app.run_test(size=(160, 50)) as pilot:
         await ready(pilot, rows=len(seeded.tasks))
-        await pilot.pause(0.2)
-        footer = screen_text(app).splitlines()[-1]
+        await wait_for(pilot, lambda: "palette" in footer_line(app), what="the footer")
+        footer = footer_line(app)
         assert footer.rstrip().endswith("^p palette")
         assert footer.index("^f Search") > footer.index("R Race")
         # Narrow and back: the footer follows the width.
         await pilot.resize_terminal(*SMALL)
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "palette" not in footer_line(app), what="the narrow footer")
         assert isinstance(app.screen, DashboardScreen) and app.screen.has_class("-narrow")
         narrow = screen_text(app).splitlines()[-1]
         assert "^f Search" in narrow and "palette" not in narrow
         await pilot.resize_terminal(160, 50)
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "palette" in footer_line(app), what="the wide footer")
         assert screen_text(app).splitlines()[-1].rstrip().endswith("^p palette")
         await pilot.press("ctrl+f")
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen), what="search")
 
 
 COMMON_WIDTHS = (80, 100, 120, 160)  # columns
+
+
+def footer_line(app: IngestDeskApp) -> str:
+    return screen_text(app).splitlines()[-1]
 
 
 def footer_labels(app: IngestDeskApp) -> set[str]:
@@ -173,8 +177,10 @@ async def test_from_120_columns_the_side_panel_is_beside_the_table(seeded: Seede
         app = make_app(seeded)
         async with app.run_test(size=(width, 30)) as pilot:
             await ready(pilot, rows=len(seeded.tasks))
-            await pilot.pause(0.1)
             screen = dashboard(app)
+            await wait_for(
+                pilot, lambda app=app: "5 succeeded" in screen_text(app), what="the counts' names"
+            )
             assert screen.query_one("#side").display is (width >= 120), width
             shown = screen_text(app)
             # The counts' names whole, as boxes' titles or as plain lines.
