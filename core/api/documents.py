@@ -11,7 +11,7 @@ from core.api.auth import Operator, Viewer
 from core.api.context import ledger_of
 from core.api.problems import responses
 from core.api.routing import GuardedRoute
-from core.api.uploads import read_upload, take_back, upload_slots_of
+from core.api.uploads import read_upload, upload_slots_of
 from core.errors import BadInput
 from core.ledger import Ledger
 from core.ledger.views import DocumentView
@@ -81,7 +81,7 @@ async def upload(
         try:
             document = await _add(request, response, ledger, caller.name, key)
         except BaseException:
-            await take_back(ledger, stored_new)
+            await ledger.take_back(stored_new)
             raise
     response.headers["Location"] = f"/api/documents/{document.document_id}"
     return document.to_dict()

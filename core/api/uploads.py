@@ -27,14 +27,10 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from core.api.problems import ApiProblem
 from core.api.routing import hang_up
-from core.errors import IngestDeskError
-from core.ledger.reads import unreferenced_objects
 from core.store import ObjectStore, Receiving, StoredObject
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
-
-    from core.ledger import Ledger
+    pass
 
 FORM_OVERHEAD_BYTES = 64 * 1024  # room for the multipart framing and the small fields
 FIELD_MAX_BYTES = 4096  # bytes of a non-file field (name, replaces)
@@ -81,25 +77,6 @@ def upload_slots() -> asyncio.Semaphore:
 def upload_slots_of(request: Request) -> asyncio.Semaphore:
     slots: asyncio.Semaphore = request.app.state.upload_slots
     return slots
-
-
-async def take_back(ledger: Ledger, created: list[str]) -> None:
-    """Remove the objects a refused request stored new (``created``) that nothing in
-    the ledger references, as the CLI does for a refused batch
-    (:func:`core.cli.uploads._take_back` has the reasoning). The check and the
-    removal share one write transaction, whose lock keeps an upload of the same bytes
-    from committing its reference in between. Best effort: with the ledger
-    unavailable the object stays, for ``ingestdesk prune`` to remove later."""
-    if not created:
-        return
-    store = ledger.operator.store
-
-    def tx(conn: Connection) -> None:
-        for key in unreferenced_objects(conn, created):
-            store.remove(key)
-
-    with contextlib.suppress(IngestDeskError, OSError):
-        await ledger.transactions.write(tx)
 
 
 def _bad(detail: str) -> ApiProblem:

@@ -81,7 +81,7 @@ async def _prune_store(ledger: Ledger, dry_run: bool, removed: Removed) -> None:
 
         def tx(conn: Connection, part: list[str] = part) -> list[str]:
             # Checked and removed under the write lock: no document referencing one
-            # of them can commit in between (see core.api.uploads.take_back).
+            # of them can commit in between (see core.ledger.Ledger.take_back).
             orphans = unreferenced_objects(conn, part)
             if not dry_run:
                 for key in orphans:

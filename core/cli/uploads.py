@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import sys
 import threading
 from collections.abc import Callable
@@ -27,8 +26,6 @@ from core.errors import BadInput, IngestDeskError, NotFound
 from core.store import track_created
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
     from core.ledger import DocumentView, Ledger, TaskView
 
 NOTHING_ADDED = "interrupted: no document was added"
@@ -273,7 +270,7 @@ async def _add_tracked(
         # content, a version refused while another is processing): take back what
         # this batch stored and nothing references.
         if ledger is not None:
-            await _take_back(ledger, stored_new)
+            await ledger.take_back(stored_new)
         raise
     finally:
         if ledger is not None:
@@ -281,44 +278,19 @@ async def _add_tracked(
     _answer(out, added, submit=submit, replayed=replayed)
 
 
-async def _take_back(ledger: Ledger, created: list[str]) -> None:
-    """Remove the objects this batch stored (``created``: new to the store, not found
-    there) that no document references, so a refused or interrupted batch leaves no
-    orphan behind. Objects are content-addressed and shared: only objects this batch
-    wrote are candidates, and the check and the removal run in one write transaction,
-    whose write lock keeps another upload of the same bytes from committing its
-    reference in between. (One that found the object stored just before, and commits
-    just after, would meet object_read_error, whose advice, upload again, restores it:
-    the window is this one transaction, only for bytes this batch wrote moments ago.)
-    Best effort: an object left behind is harmless, and the refusal itself is what the
-    caller must see."""
-    if not created:
-        return
-    from core.ledger.reads import unreferenced_objects
-
-    store = ledger.operator.store
-
-    def tx(conn: Connection) -> None:
-        for key in unreferenced_objects(conn, created):
-            store.remove(key)
-
-    with contextlib.suppress(IngestDeskError, OSError):
-        await ledger.transactions.write(tx)
-
-
 async def _what_was_left(
     settings: Settings, ids: IssuedIds, args: argparse.Namespace, created: list[str]
 ) -> str:
     """What an interrupted batch left: nothing, or (interrupted during its commit)
     the whole batch (for ``--replaces``, the new version). The originals it stored
-    that nothing references are removed (see :func:`_take_back`)."""
+    that nothing references are removed (see :meth:`core.ledger.Ledger.take_back`)."""
     if not ids.issued and not created:
         return NOTHING_ADDED
     from core.ledger import Ledger
 
     try:
         async with await Ledger.open(settings, create=False) as ledger:
-            await _take_back(ledger, created)
+            await ledger.take_back(created)
             if not ids.issued:
                 return NOTHING_ADDED
             first = ids.issued[0]  # a document's or a task's: both commit together

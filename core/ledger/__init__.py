@@ -28,11 +28,15 @@ views (:mod:`core.ledger.views`), never ORM rows.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
 
+from sqlalchemy.engine import Connection
+
 from core.config import Settings
+from core.errors import IngestDeskError
 from core.ledger.actions import Operator
 from core.ledger.idempotency import IdempotencyKeys, Once
 from core.ledger.migrate import current_revision
@@ -123,6 +127,30 @@ class Ledger:
 
     async def close(self) -> None:
         await self.transactions.close()
+
+    async def take_back(self, created: list[str]) -> None:
+        """Remove the objects a refused or interrupted request stored (``created``: new
+        to the store, not found there) that no document references, so it leaves no
+        orphan behind. Objects are content-addressed and shared: only objects this
+        request wrote are candidates, and the check and the removal run in one write
+        transaction, whose write lock keeps another upload of the same bytes from
+        committing its reference in between. (One that found the object stored just
+        before, and commits just after, would meet object_read_error, whose advice,
+        upload again, restores it: the window is this one transaction, only for bytes
+        written moments ago.) Best effort: an object left behind is harmless (``ingestdesk
+        prune`` removes it later), and the refusal itself is what the caller must see."""
+        if not created:
+            return
+        from core.ledger.reads import unreferenced_objects
+
+        store = self.operator.store
+
+        def tx(conn: Connection) -> None:
+            for key in unreferenced_objects(conn, created):
+                store.remove(key)
+
+        with contextlib.suppress(IngestDeskError, OSError):
+            await self.transactions.write(tx)
 
     async def __aenter__(self) -> Ledger:
         return self
