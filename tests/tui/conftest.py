@@ -310,12 +310,18 @@ def _for_the_apps_loop(built: Seeded) -> Iterator[Seeded]:
 
 
 async def wait_for(
-    pilot: Pilot[Any], predicate: Callable[[], bool], *, within: float = WAIT_S, what: str = ""
+    pilot: Pilot[Any],
+    predicate: Callable[[], bool],
+    *,
+    within: float = WAIT_S,
+    what: str | Callable[[], str] = "",
 ) -> None:
-    """Let the app run until ``predicate()`` holds (or fail after ``within`` seconds)."""
+    """Let the app run until ``predicate()`` holds (or fail after ``within`` seconds).
+    ``what`` may be a callable, so the failure says what was on screen at the time."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while not predicate():
         if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out waiting for {said or predicate}")
         await pilot.pause(0.05)

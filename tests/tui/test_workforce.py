@@ -183,10 +183,21 @@ async def test_a_ledger_outage_is_shown_and_the_work_resumes_after_it(
             )
             await wait_for(pilot, lambda: LEDGER_DOWN_MARK in app.sub_title, within=OUTAGE_WAIT_S)
             # Each line says the outage in words: riding it out, or stopped and why
-            # (the ledger unreachable, or the driver's own one line).
-            lines = workers_text(app).splitlines()
-            assert len(lines) == 2, lines
-            assert all(UNREACHABLE_LINE in line or "stopped: " in line for line in lines), lines
+            # (the ledger unreachable, or the driver's own one line). The panel is
+            # redrawn at its next refresh after the state changed: wait for that.
+
+            def outage_lines() -> bool:
+                lines = workers_text(app).splitlines()
+                return len(lines) == 2 and all(
+                    UNREACHABLE_LINE in line or "stopped: " in line for line in lines
+                )
+
+            await wait_for(
+                pilot,
+                outage_lines,
+                within=OUTAGE_WAIT_S,
+                what=lambda: f"the panel to show the outage: {workers_text(app)!r}",
+            )
             assert any("cannot read the ledger" in n for n in notes(app))
             assert_clean(app)
             # Leases of the tasks held at the outage run out while the server is down.
