@@ -82,6 +82,16 @@ class ErrorCode(StrEnum):
     DISK_FULL = "disk_full"
 
 
+class PageDecision(StrEnum):
+    """How one page (a PDF page, an image or one frame of a TIFF) was read: the
+    record a person reviews to trust a scanned document's text."""
+
+    TEXT = "text"  # its text layer was enough; no OCR time spent
+    OCR = "ocr"  # rendered and read by the OCR engine (with a mean confidence)
+    OCR_EMPTY = "ocr_empty"  # rendered and read, and nothing legible was found
+    SKIPPED = "skipped"  # not read, with why (over the OCR budget, engine missing)
+
+
 class RequestState(StrEnum):
     """What the provider ledger knows of one request to a remote provider."""
 

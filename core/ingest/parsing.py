@@ -37,7 +37,7 @@ from core.ingest.failures import (
     ParserUnavailable,
     parser_info,
 )
-from core.ingest.formats import Prose, format_for
+from core.ingest.formats import PageReading, Prose, format_for
 from core.ingest.limits import LimitExceeded
 from core.ingest.parser_warnings import WarningCollector, capture_parser_warnings
 from core.states import DocumentKind, ErrorCode
@@ -124,11 +124,13 @@ class ParsedDocument:
         chunks: The chunks in document order; never empty.
         warnings: Number of warnings the parser raised (repairs it made, suspicious
             structure, a fallback text encoding, stripped NUL bytes).
+        readings: How each page was read (PDFs and images; empty for other formats).
     """
 
     pages: int
     chunks: tuple[Chunk, ...]
     warnings: int
+    readings: tuple[PageReading, ...] = ()
 
 
 # --- parsing ----------------------------------------------------------------------------
@@ -233,7 +235,12 @@ def _parse(data: bytes, request: ParseRequest, collector: WarningCollector) -> P
     chunks = chunk_blocks(extracted.blocks, request, collector)
     if not chunks:
         raise ParseFailure(ErrorCode.EMPTY_DOCUMENT, fmt.empty_reason)
-    return ParsedDocument(pages=max(1, extracted.units), chunks=chunks, warnings=collector.count)
+    return ParsedDocument(
+        pages=max(1, extracted.units),
+        chunks=chunks,
+        warnings=collector.count,
+        readings=tuple(extracted.readings),
+    )
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from core.ingest.formats import csv, docx, epub, html, pdf, pptx, text, xlsx
-from core.ingest.formats.base import Block, Extracted, Format, Parser, Prose, Table
+from core.ingest.formats.base import Block, Extracted, Format, PageReading, Parser, Prose, Table
 from core.states import DocumentKind
 
 FORMATS: dict[DocumentKind, Format] = {
@@ -69,6 +69,7 @@ __all__ = [
     "Block",
     "Extracted",
     "Format",
+    "PageReading",
     "Parser",
     "Prose",
     "Table",

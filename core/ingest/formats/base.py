@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from core.ingest.chunker import Location
-from core.states import DocumentKind
+from core.states import DocumentKind, PageDecision
 
 if TYPE_CHECKING:
     from core.ingest.parser_warnings import WarningCollector
@@ -46,6 +46,27 @@ class Table:
 Block = Prose | Table
 
 
+@dataclass(frozen=True)
+class PageReading:
+    """How one page was read (PDF pages and image frames; other formats have none).
+
+    Attributes:
+        page: The page number, from 1.
+        decision: text layer, OCR, OCR that found nothing, or skipped.
+        chars: Characters of text the page yielded.
+        confidence: The OCR engine's mean word confidence, 0 to 100 (OCR pages only).
+        ocr_seconds: Time spent rendering and reading the page (0 for ``text``).
+        reason: Why a page was skipped, in one line (``skipped`` only).
+    """
+
+    page: int
+    decision: PageDecision
+    chars: int
+    confidence: float | None = None
+    ocr_seconds: float = 0.0
+    reason: str | None = None
+
+
 @dataclass
 class Extracted:
     """What a format's parser found.
@@ -53,10 +74,12 @@ class Extracted:
     Attributes:
         units: Pages, slides, sheets or chapters read (the parse's page count).
         blocks: Prose and tables in document order.
+        readings: One per page for paged formats that may need OCR (PDF, images).
     """
 
     units: int = 0
     blocks: list[Block] = field(default_factory=list)
+    readings: list[PageReading] = field(default_factory=list)
 
 
 class Parser(Protocol):
