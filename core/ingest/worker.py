@@ -30,6 +30,7 @@ from core.ingest.worker_story import current_worker_id as current_worker_id
 from core.ingest.worker_story import default_worker_id as default_worker_id
 from core.ledger import Claim, Ledger
 from core.safe_text import check_identifier
+from core.states import RequestState
 from core.store import ObjectStore
 
 # WorkerEvent, WorkerStats and the context variables live in worker_story and are
@@ -523,10 +524,14 @@ class Worker:
             logger.warning("reconcile pass failed: %s", error_detail_of(exc))
             return
         for d in decisions:
+            # A look-up that settled nothing (no answer, a damaged result) is not a
+            # reconciliation: the line says the request is still unknown.
+            verb = "looked up" if d.state is RequestState.UNKNOWN else "reconciled"
+            after = "still unknown; asked again later" if verb == "looked up" else d.state.value
             self._say(
                 "reconciled",
-                f"reconciled request={d.request_key[:12]} task={d.task_id[:8]} "
-                f"answer={d.answer.value} -> {d.state.value}",
+                f"{verb} request={d.request_key[:12]} task={d.task_id[:8]} "
+                f"answer={d.answer.value} -> {after}",
                 d.task_id,
             )
 

@@ -258,6 +258,42 @@ async def test_lookup_unavailable_keeps_the_request_unknown_until_the_provider_a
     assert provider.stats()["submits"] == 1
 
 
+async def test_a_worker_says_a_lookup_without_an_answer_settled_nothing(
+    ledger: Ledger, pool: ParserPool, provider: DemoProvider
+) -> None:
+    """The worker's own look-up pass: with no answer it logged "reconciled ...
+    answer=lookup_unavailable", as if something had been settled. It says the request
+    is still unknown; once the provider answers, that it was reconciled."""
+    task_id = await submit(ledger, note(9), "looked-up.md")
+    provider.faults(lose_reply=1.0)
+    await run_worker(patient(ledger), pool, provider.url)
+    provider.faults(lose_reply=0.0, fail_lookups=True)
+    lines: list[str] = []
+    remote = await HttpProvider.connect(provider.url)
+    try:
+        worker = Worker(
+            ledger, "w-lookup", pool=pool, embedder=remote, on_event=lambda e: lines.append(e.line)
+        )
+        await worker.reconcile_once()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("looked up request="), lines
+        assert f"task={task_id[:8]}" in lines[0]
+        assert "answer=lookup_unavailable -> still unknown" in lines[0], lines
+
+        provider.faults(fail_lookups=False)
+
+        def due(conn: Any) -> None:  # the look-up backoff has run out
+            conn.execute(text("UPDATE provider_requests SET next_lookup_at = 0"))
+
+        await ledger.transactions.write(due)
+        lines.clear()
+        await worker.reconcile_once()
+        assert len(lines) == 1 and lines[0].startswith("reconciled request="), lines
+        assert "answer=found -> recovered" in lines[0], lines
+    finally:
+        await remote.aclose()
+
+
 async def test_the_cli_reconcile_prints_each_decision_as_json(
     ledger: Ledger, pool: ParserPool, provider: DemoProvider, settings: Settings
 ) -> None:
