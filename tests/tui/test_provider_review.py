@@ -88,6 +88,10 @@ async def test_resend_requeues_the_task_and_records_the_decision(empty: Seeded) 
         assert {"s", "x"} <= set(screen.active_bindings)
         await pilot.press("s")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        # The dialog says what is known: the outcome is unknown (it once claimed "a
+        # reply was lost" for every request, including one a crash left unsent).
+        asked = " ".join(screen_text(app).split())
+        assert "Their outcome is unknown" in asked and "a reply was lost" not in asked, asked
         app.screen.query_one("#reason", Input).value = "checked the provider's dashboard"
         await pilot.press("enter")
         await wait_for(

@@ -36,8 +36,9 @@ def request_resend(node: DOMNode, review: ProviderReview, task: TaskView) -> Non
     app, desk = node.app, desk_of(node)
     body = (
         f"Resend the provider requests of task {describe(task)}?\n\n"
-        "The provider has no record of them, but a reply was lost: if it did the work "
-        "after all, it is done twice. The task is queued again."
+        "Their outcome is unknown (no reply came back, or the worker stopped while "
+        "sending) and the provider has no record of them: if it did the work after "
+        "all, it is done twice. The task is queued again."
     )
 
     def confirmed(reason: str | None) -> None:
