@@ -16,7 +16,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from core.filters import COMPARISONS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
 from core.ledger import rows, version_reads
-from core.ledger.filter_sql import filter_clauses
+from core.ledger.filter_sql import FILTERED, filter_clauses
 from core.ledger.registry import WORKER_GONE_AFTER_S
 from core.ledger.review_diff import VersionDiff, diff_versions
 from core.ledger.schema import (
@@ -50,8 +50,13 @@ FEED_LIMIT = 5000  # tasks per "what changed since R" answer
 UNREFERENCED_SLICE = 500  # object keys asked about per statement
 
 
-def _views(conn: Connection, query: Select[Any]) -> list[TaskView]:
-    return [TaskView.from_row(r, document_name=r.filename) for r in conn.execute(query)]
+def _views(
+    conn: Connection, query: Select[Any], options: dict[str, Any] | None = None
+) -> list[TaskView]:
+    return [
+        TaskView.from_row(r, document_name=r.filename)
+        for r in conn.execute(query, execution_options=options or {})
+    ]
 
 
 class Reads:
@@ -103,7 +108,8 @@ class Reads:
         query = query.order_by(TASKS.c.created_at.desc(), TASKS.c.id.desc()).offset(offset)
         if limit is not None:
             query = query.limit(limit)
-        return await self._tx.read(lambda conn: _views(conn, query))
+        options = FILTERED if filter else None
+        return await self._tx.read(lambda conn: _views(conn, query, options))
 
     async def reusable_result(self, key: str) -> ReusableResult | None:
         """The newest succeeded task with this processing key whose document still
@@ -210,11 +216,12 @@ class Reads:
         query = select(func.count()).select_from(
             TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
         )
+        options = FILTERED if filter else {}
         if filter:
             query = query.where(*filter_clauses(filter, term_clause))
 
         def tx(conn: Connection) -> int:
-            return int(conn.execute(query).scalar() or 0)
+            return int(conn.execute(query, execution_options=options).scalar() or 0)
 
         return await self._tx.read(tx)
 

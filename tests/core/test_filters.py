@@ -24,6 +24,7 @@ from core.filters import (
     TERM_VALUE_MAX,
     FilterTooLarge,
 )
+from core.ledger.filter_sql import FILTER_SHAPES_CACHED, FILTERED
 from tests.conftest import FakeClock
 from tests.core.test_cli import (
     MARKDOWN,
@@ -155,8 +156,9 @@ async def test_the_largest_filter_runs_on_the_ledger(ledger: Ledger, clock: Fake
     """At its limits a filter is one statement the backend accepts (990 terms once
     made SQLite answer "Expression tree is too large"), the same in SQL and in memory,
     and its statement's shape does not grow with its terms: once each group of terms
-    has two values, more terms (or other values) add nothing to the engine's
-    compiled cache, and the same filters again add nothing at all."""
+    has two values, more terms (or other values) add nothing to the filters' compiled
+    cache, the same filters again add nothing at all, and the engine's own cache (the
+    statements every other request uses) is never touched."""
     await seed(ledger, clock)
     words = ["!scan", "!name:zz", "attempt:<9", "!worker:nobody", "report"]
     largest = parse_filter(" ".join(words[i % len(words)] for i in range(FILTER_TERMS_MAX)))
@@ -167,7 +169,10 @@ async def test_the_largest_filter_runs_on_the_ledger(ledger: Ledger, clock: Fake
     wide = parse_filter("name:" + "n" * TERM_VALUE_MAX)
     assert await ledger.reads.list_tasks(filter=wide) == []
     engine = ledger.transactions.engine  # SQLite's Engine, or PostgreSQL's AsyncEngine
-    cache = getattr(engine, "sync_engine", engine)._compiled_cache
+    shared = getattr(engine, "sync_engine", engine)._compiled_cache
+    shared_before = len(shared)
+    cache = FILTERED["compiled_cache"]
+    cache.clear()
 
     async def ask(n: int, suffix: str = "") -> None:
         flt = parse_filter(" ".join(words[i % len(words)] + suffix for i in range(n)))
@@ -185,6 +190,24 @@ async def test_the_largest_filter_runs_on_the_ledger(ledger: Ledger, clock: Fake
     for n in range(1, FILTER_TERMS_MAX + 1):  # everything again: nothing new
         await ask(n)
     assert len(cache) == settled
+    assert len(shared) == shared_before
+
+
+async def test_a_client_cycling_filter_shapes_holds_a_bounded_cache(ledger: Ledger) -> None:
+    """Every combination of term kinds is a statement shape of its own; a client
+    sending hundreds of them fills the filters' small cache, never more, and never the
+    engine's cache that unfiltered reads use."""
+    engine = ledger.transactions.engine
+    shared = getattr(engine, "sync_engine", engine)._compiled_cache
+    shared_before = len(shared)
+    cache = FILTERED["compiled_cache"]
+    draw = random.Random(3)
+    for _ in range(400):
+        words = [draw.choice(TERM_POOL) for _ in range(draw.randint(1, FILTER_TERMS_MAX))]
+        await ledger.reads.count_tasks(parse_filter(" ".join(words)))
+    # LRUCache trims to its capacity once it passes capacity x 1.5.
+    assert len(cache) <= FILTER_SHAPES_CACHED * 1.5
+    assert len(shared) == shared_before
 
 
 def test_like_wildcards_in_filters_are_literal() -> None:
