@@ -52,6 +52,13 @@ _CHILD_PROGRAM = (
     "serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))"
 )
 
+# glibc gives every thread that calls malloc an arena of its own, reserving 64 MiB of
+# address space each: the child's two helper threads (its parent watch and its
+# progress sender, which allocate a few bytes) took 128 MiB of the memory cap
+# (RLIMIT_AS) from the parse. One arena: the parse is the only real allocator.
+# Other C libraries ignore the variable.
+_CHILD_ENVIRONMENT = {"MALLOC_ARENA_MAX": "1"}
+
 _launcher_lock = threading.Lock()
 _launcher_threads: ThreadPoolExecutor | None = None
 
@@ -364,6 +371,7 @@ def _popen(argv: list[str], child_fd: int) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         pass_fds=(child_fd,),
+        env=os.environ | _CHILD_ENVIRONMENT,
     )
 
 
