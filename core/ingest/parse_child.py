@@ -9,7 +9,8 @@ so checked, in the parent; the child does not check it again (see ParseRequest).
 it parses, the child sends :class:`UnitsDone` messages as the format's parser reports
 pages (slides, sheets) finished (:mod:`core.ingest.parse_progress`), then the
 :class:`Reply`: at most one per ``PROGRESS_EVERY_S``, so a 10 000-page text PDF sends a
-handful, not 10 000, and always the last one before the reply.
+handful, not 10 000; none for a parse shorter than that; and for a longer one, always
+the last one before the reply.
 
 A child never outlives the worker that started it, even one ended by ``kill -9``
 (which leaves no chance to stop its children): on Linux the kernel sends it SIGKILL
@@ -151,19 +152,23 @@ def _send_quietly(conn: Connection, reply: Reply) -> bool:
 class _ProgressSender:
     """The parses' :func:`~core.ingest.parse_progress.reporting` callback, one per child.
 
-    A report goes out at once if none went out in the last ``PROGRESS_EVERY_S``; else
-    it is held, and a small thread sends the latest held one when that window ends:
-    pages read in a flash followed by one that takes seconds (a scanned page in a text
-    PDF) show as read while it is, not only after it. :meth:`finish` sends what is
-    held and stops sending before the reply goes, so no report of a parse follows
-    its reply. Sends hold a lock: the thread and the parse never interleave bytes.
+    A report goes out at once if none went out in the last ``PROGRESS_EVERY_S`` (the
+    parse's start counts as one); else it is held, and a small thread sends the latest
+    held one when that window ends: pages read in a flash followed by one that takes
+    seconds (a scanned page in a text PDF) show as read while it is, not only after
+    it. :meth:`finish` runs before the reply goes: it sends what is held if the parse
+    has reported before (the last report before the reply), and stops sending, so no
+    report of a parse follows its reply. A parse over within the first window sends
+    none: its reply says the same, one message sooner (measured: most light PDFs).
+    Sends hold a lock: the thread and the parse never interleave bytes.
     """
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._lock = threading.Lock()
         self._held = threading.Event()
-        self._sent_at = -PROGRESS_EVERY_S  # a parse's first report goes out at once
+        self._sent_at = 0.0
+        self._sent_any = False
         self._pending: UnitsDone | None = None
         self._open = False
         previous = threading.stack_size(WATCH_THREAD_STACK_BYTES)
@@ -175,11 +180,14 @@ class _ProgressSender:
     def begin(self) -> None:
         with self._lock:
             self._open, self._pending = True, None
+            self._sent_at, self._sent_any = time.monotonic(), False
 
     def finish(self) -> None:
-        """Send the held report, if any, and send nothing more until :meth:`begin`."""
+        """Send the held report if the parse has reported before, and send nothing
+        more until :meth:`begin`."""
         with self._lock:
-            self._send_pending()
+            if self._sent_any:
+                self._send_pending()
             self._open = False
 
     def __call__(self, done: int, total: int) -> None:
@@ -205,7 +213,7 @@ class _ProgressSender:
         pending, self._pending = self._pending, None
         if pending is None or not self._open:
             return
-        self._sent_at = time.monotonic()
+        self._sent_at, self._sent_any = time.monotonic(), True
         try:
             self._conn.send(pending)
         except OSError:

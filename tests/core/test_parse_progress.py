@@ -132,10 +132,11 @@ async def test_a_fast_many_page_parse_sends_few_reports() -> None:
         elapsed = time.monotonic() - started
 
     assert doc.pages == pages
-    # At most one report per window, plus the last; not one per page.
-    assert len(reports.seen) <= elapsed / PROGRESS_EVERY_S + 2
+    # At most one report per window (none in the first), plus the last; not one a page.
+    assert len(reports.seen) <= elapsed / PROGRESS_EVERY_S + 1
     assert len(reports.seen) < pages / 10
-    assert reports.seen[-1] == (pages, pages)
+    if reports.seen:  # the parse outlasted the first window: its last report came too
+        assert reports.seen[-1] == (pages, pages)
 
 
 async def test_a_parse_that_keeps_reporting_outlives_its_upfront_budget() -> None:
