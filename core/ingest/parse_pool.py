@@ -5,10 +5,18 @@ C stack breaks or crash in native code. None of that may take the worker down, b
 its event loop or starve other documents, so :class:`ParserPool` runs
 :func:`core.ingest.parsing.run_parse` in a few long-lived children and enforces, per parse:
 
-* a wall-clock budget: ``min(max_timeout_s, base_timeout_s + per_page_timeout_s * pages)``
-  where ``pages`` is estimated in the parent without parsing (see
-  :func:`estimate_pages`; the pipeline passes in the estimate it already made for its
-  progress bar). A child over budget is killed with SIGKILL and replaced.
+* a wall-clock budget that follows the parse's progress. Up front a parse gets
+  ``min(max_timeout_s, base_timeout_s + per_page_timeout_s * pages)`` where ``pages``
+  is estimated in the parent without parsing (see :func:`estimate_pages`; the pipeline
+  passes in the estimate it already made for its progress bar). Each time its parser
+  reports a page, slide or sheet finished (:mod:`core.ingest.parse_progress`), the
+  deadline moves to at least ``unit_timeout_s`` after that report: a parse that keeps
+  moving (a scan OCRed at seconds a page) outlives its estimate, while one stuck on a
+  page is cut off ``unit_timeout_s`` after its last report, or at its up-front budget
+  if that is later. No parse runs longer than ``max_timeout_s`` in all. A child past
+  its deadline is killed with SIGKILL and replaced; the parse fails with
+  ``parse_error`` "parse timed out after Ns", N the seconds it was given, followed by
+  how far it got when it had reported any ("(37 of 200 done)").
 * an address-space cap (``RLIMIT_AS``) set inside each child; the parse then fails with
   ``MemoryError`` rather than the machine swapping.
 * crash isolation: a child that dies (segfault, OOM kill) fails only its own parse.
@@ -24,6 +32,9 @@ its event loop or starve other documents, so :class:`ParserPool` runs
 * cancellation: cancelling :meth:`ParserPool.parse` kills its child at once (the
   pipeline does so when its task is cancelled or taken away); the next parse starts
   a fresh one.
+
+A parse's progress reports also reach the caller's ``on_progress(done, total)`` on the
+event loop, as they arrive (the child sends at most five a second).
 
 The children (one process each, started as ``python -c`` programs) are
 :class:`core.ingest.parser_process.ParserProcess`; they are started on the first parse
@@ -52,6 +63,7 @@ from types import TracebackType
 
 from core.ingest.parse_child import Reply
 from core.ingest.parser_process import (
+    Budget,
     Died,
     KilledWhileStarting,
     ParserProcess,
@@ -76,7 +88,12 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_TIMEOUT_S = 10.0  # seconds every parse gets
 DEFAULT_PER_PAGE_TIMEOUT_S = 0.5  # seconds added per estimated page
-DEFAULT_MAX_TIMEOUT_S = 300.0  # seconds; no document gets longer than this
+# After each page (slide, sheet) its parser reports, a parse may run at least this much
+# longer: an OCR page takes 2-3 s here (300 dpi, 2 loaded cores), a text page
+# milliseconds; a parse silent for this long is stuck, not slow.
+DEFAULT_UNIT_TIMEOUT_S = 30.0  # seconds
+# No parse runs longer than this, however it moves: a 500-page scan at 3 s a page fits.
+DEFAULT_MAX_TIMEOUT_S = 1800.0  # seconds
 DEFAULT_MEMORY_LIMIT_BYTES = 1 << 30  # bytes of address space per child (RLIMIT_AS)
 DEFAULT_MAX_PARSES_PER_CHILD = 500  # parses before a child is replaced
 # Page estimates for documents whose page objects cannot be counted from raw bytes:
@@ -137,6 +154,7 @@ class ParserPool:
         *,
         base_timeout_s: float = DEFAULT_BASE_TIMEOUT_S,
         per_page_timeout_s: float = DEFAULT_PER_PAGE_TIMEOUT_S,
+        unit_timeout_s: float = DEFAULT_UNIT_TIMEOUT_S,
         max_timeout_s: float = DEFAULT_MAX_TIMEOUT_S,
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
         max_parses_per_child: int = DEFAULT_MAX_PARSES_PER_CHILD,
@@ -147,7 +165,9 @@ class ParserPool:
             workers: Most parses running at once, i.e. most child processes.
             base_timeout_s: Seconds every parse gets.
             per_page_timeout_s: Seconds added per estimated page.
-            max_timeout_s: Upper bound on any parse's budget, in seconds.
+            unit_timeout_s: Seconds a parse may run on after each unit its parser
+                reports finished (see the module docstring).
+            max_timeout_s: Upper bound on any parse's time, in seconds.
             memory_limit_bytes: Address-space limit of each child, in bytes.
             max_parses_per_child: Parses after which a child is replaced.
 
@@ -156,13 +176,14 @@ class ParserPool:
         """
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
-        if min(base_timeout_s, max_timeout_s) <= 0 or per_page_timeout_s < 0:
+        if min(base_timeout_s, unit_timeout_s, max_timeout_s) <= 0 or per_page_timeout_s < 0:
             raise ValueError("timeouts must be positive")
         if memory_limit_bytes <= 0 or max_parses_per_child < 1:
             raise ValueError("memory_limit_bytes and max_parses_per_child must be positive")
         self.workers = workers
         self.base_timeout_s = base_timeout_s
         self.per_page_timeout_s = per_page_timeout_s
+        self.unit_timeout_s = unit_timeout_s
         self.max_timeout_s = max_timeout_s
         self.memory_limit_bytes = memory_limit_bytes
         self.max_parses_per_child = max_parses_per_child
@@ -208,8 +229,13 @@ class ParserPool:
         self._idle.append(child)
 
     def timeout_for(self, pages: int) -> float:
-        """The wall-clock budget, in seconds, a parse of ``pages`` estimated pages gets."""
+        """The wall-clock budget, in seconds, a parse of ``pages`` estimated pages gets
+        up front (progress reports may extend it: see :meth:`budget_for`)."""
         return min(self.max_timeout_s, self.base_timeout_s + self.per_page_timeout_s * pages)
+
+    def budget_for(self, pages: int) -> Budget:
+        """The whole time rule for a parse of ``pages`` estimated pages."""
+        return Budget(self.timeout_for(pages), self.unit_timeout_s, self.max_timeout_s)
 
     async def parse(
         self,
@@ -220,6 +246,7 @@ class ParserPool:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         estimated_pages: int | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
     ) -> ParsedDocument:
         """Parse one document in a child process; see :func:`core.ingest.parsing.parse_document`.
 
@@ -231,14 +258,18 @@ class ParserPool:
             chunk_overlap: Characters shared by consecutive chunks.
             estimated_pages: The document's :func:`estimate_pages`, when the caller
                 has already made it; else the pool makes it (for the time budget).
+            on_progress: Called on the event loop with ``(done, total)`` as the parser
+                reports pages (slides, sheets) finished, until this returns; a parse
+                run again after a death starts again from its first page.
 
         Returns:
             The parsed document.
 
         Raises:
             ParseFailure: The document is bad, empty, over its time budget
-                ("parse timed out after Xs"), over the memory limit, or crashed its
-                parser twice ("parser process died"; one death is retried).
+                ("parse timed out after Xs", see the module docstring), over the
+                memory limit, or crashed its parser twice ("parser process died";
+                one death is retried).
             ParserKilled: A signal from outside (not a crash) ended the parser both
                 times (a ParseFailure with the transient code ``parser_killed``).
             ValueError, ParserUnavailable: Bad arguments or a missing parser library,
@@ -255,22 +286,30 @@ class ParserPool:
         loop = asyncio.get_running_loop()
         if estimated_pages is None:
             estimated_pages = await estimate_pages_async(data, request.kind)
-        budget = self.timeout_for(estimated_pages)
+        budget = self.budget_for(estimated_pages)
+        forward = _Forwarder(loop, on_progress)
         first_death_from_outside = False
-        async with self._slots:
-            reply = await self._parse_on_a_child(loop, request, data, budget, fresh=False)
-            if isinstance(reply, Died) and not self._closed:
-                # Not necessarily the document's doing (see the module docstring): one
-                # more go, on a new process rather than an idle one that the same
-                # outside cause may have hit too.
-                first_death_from_outside = _killed_from_outside(reply)
-                logger.warning(
-                    "parser process %s died (%s); parsing again on a fresh one",
-                    reply.pid,
-                    _death(reply),
+        try:
+            async with self._slots:
+                reply = await self._parse_on_a_child(
+                    loop, request, data, budget, forward, fresh=False
                 )
-                reply = await self._parse_on_a_child(loop, request, data, budget, fresh=True)
-        return self._outcome(reply, budget, killed_before=first_death_from_outside)
+                if isinstance(reply, Died) and not self._closed:
+                    # Not necessarily the document's doing (see the module docstring):
+                    # one more go, on a new process rather than an idle one that the
+                    # same outside cause may have hit too.
+                    first_death_from_outside = _killed_from_outside(reply)
+                    logger.warning(
+                        "parser process %s died (%s); parsing again on a fresh one",
+                        reply.pid,
+                        _death(reply),
+                    )
+                    reply = await self._parse_on_a_child(
+                        loop, request, data, budget, forward, fresh=True
+                    )
+        finally:
+            forward.close()
+        return self._outcome(reply, killed_before=first_death_from_outside)
 
     async def aclose(self) -> None:
         """Stop every child and release the pool's threads.
@@ -314,7 +353,8 @@ class ParserPool:
         loop: asyncio.AbstractEventLoop,
         request: ParseRequest,
         data: bytes,
-        budget: float,
+        budget: Budget,
+        forward: _Forwarder,
         *,
         fresh: bool,
     ) -> Reply | TimedOut | Died:
@@ -334,7 +374,7 @@ class ParserPool:
         # The exchange thread owns the child's pipe from here on: on a timeout or a
         # death it also kills and reaps the child. This coroutine only ever signals
         # the child, so no two threads touch one pipe.
-        exchange = self._threads.submit(child.exchange, request, data, budget)
+        exchange = self._threads.submit(child.exchange, request, data, budget, forward.for_thread)
         self._busy.add(child)
         try:
             reply = await asyncio.shield(asyncio.wrap_future(exchange))
@@ -403,10 +443,10 @@ class ParserPool:
             raise
 
     def _outcome(
-        self, reply: Reply | TimedOut | Died, budget: float, *, killed_before: bool = False
+        self, reply: Reply | TimedOut | Died, *, killed_before: bool = False
     ) -> ParsedDocument:
         if isinstance(reply, TimedOut):
-            raise ParseFailure(ErrorCode.PARSE_ERROR, f"parse timed out after {budget:.1f}s")
+            raise ParseFailure(ErrorCode.PARSE_ERROR, _timed_out(reply))
         if isinstance(reply, Died):
             if self._closed:
                 raise RuntimeError("parser pool closed during the parse")
@@ -423,6 +463,48 @@ class ParserPool:
             raise reply.outcome
         assert reply.outcome is not None
         return reply.outcome
+
+
+class _Forwarder:
+    """Hands a parse's progress reports from its exchange thread to the caller's
+    callback on the event loop, until :meth:`close`: a report still in flight when the
+    parse ends is dropped, so it cannot land after what the caller does next."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, callback: Callable[[int, int], None] | None
+    ) -> None:
+        self._loop = loop
+        self._callback = callback
+        self._open = callback is not None
+
+    @property
+    def for_thread(self) -> Callable[[int, int], None] | None:
+        """What the exchange thread calls per report; None when nobody listens."""
+        return self._from_thread if self._callback is not None else None
+
+    def close(self) -> None:
+        self._open = False
+
+    def _from_thread(self, done: int, total: int) -> None:
+        if not self._open:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._deliver, done, total)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            self._open = False
+
+    def _deliver(self, done: int, total: int) -> None:
+        if self._open and self._callback is not None:
+            self._callback(done, total)
+
+
+def _timed_out(reply: TimedOut) -> str:
+    """A time-out's one-line detail: the seconds the parse was given, and how far its
+    parser got when it reported that."""
+    detail = f"parse timed out after {reply.after_s:.1f}s"
+    if reply.done is not None:
+        detail += f" ({reply.done} of {reply.total} done)"
+    return detail
 
 
 def _killed_from_outside(died: Died) -> bool:

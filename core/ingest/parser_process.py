@@ -28,11 +28,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from core.ingest.parse_child import READY, Reply
+from core.ingest.parse_child import READY, Reply, UnitsDone
 from core.ingest.parsing import ParseRequest
 
 # --- tunables ---------------------------------------------------------------------------
@@ -49,6 +51,13 @@ _CHILD_PROGRAM = (
     "from core.ingest.parse_child import serve; "
     "serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))"
 )
+
+# glibc gives every thread that calls malloc an arena of its own, reserving 64 MiB of
+# address space each: the child's two helper threads (its parent watch and its
+# progress sender, which allocate a few bytes) took 128 MiB of the memory cap
+# (RLIMIT_AS) from the parse. One arena: the parse is the only real allocator.
+# Other C libraries ignore the variable.
+_CHILD_ENVIRONMENT = {"MALLOC_ARENA_MAX": "1"}
 
 _launcher_lock = threading.Lock()
 _launcher_threads: ThreadPoolExecutor | None = None
@@ -117,8 +126,41 @@ def killed_from_outside(exitcode: int | None, *, killed_here: bool) -> bool:
         return True
 
 
+@dataclass(frozen=True)
+class Budget:
+    """How long one parse may run (the rule is :mod:`core.ingest.parse_pool`'s).
+
+    It may run ``first_s`` from its start, and after each progress report at least
+    ``unit_s`` more (the time its next page, slide or sheet may take); never more than
+    ``max_s`` in all.
+    """
+
+    first_s: float
+    unit_s: float
+    max_s: float
+
+    def deadline(self, started: float, reported_at: float | None) -> float:
+        """The monotonic time the parse is cut off, given when it started and when
+        its latest progress report arrived (None: none yet)."""
+        end = started + self.first_s
+        if reported_at is not None:
+            end = max(end, reported_at + self.unit_s)
+        return min(end, started + self.max_s)
+
+
+@dataclass(frozen=True)
 class TimedOut:
-    """A parse that used up its time budget (the child has been killed and reaped)."""
+    """A parse that used up its time budget (the child has been killed and reaped).
+
+    Attributes:
+        after_s: Seconds it was given, from its start to the deadline it missed.
+        done: Units its parser had reported finished (None: it reported none).
+        total: The units it reported the document to have.
+    """
+
+    after_s: float
+    done: int | None = None
+    total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -220,12 +262,18 @@ class ParserProcess:
         self.wait_ready()
 
     def exchange(
-        self, request: ParseRequest, data: bytes, budget_s: float
+        self,
+        request: ParseRequest,
+        data: bytes,
+        budget: Budget,
+        on_progress: Callable[[int, int], None] | None = None,
     ) -> Reply | TimedOut | Died:
-        """Send one parse and wait at most ``budget_s`` seconds for its reply.
+        """Send one parse and wait for its reply until ``budget`` runs out.
 
-        A child that times out, dies or retires is reaped before this returns. A
-        child that is already gone when the request is written (a broken pipe) or
+        The child's progress reports (:class:`~core.ingest.parse_child.UnitsDone`)
+        move the deadline on and go to ``on_progress(done, total)``, called on this
+        thread. A child that times out, dies or retires is reaped before this returns.
+        A child that is already gone when the request is written (a broken pipe) or
         goes before answering reads as :class:`Died`, never as an exception.
         """
         assert self._conn is not None
@@ -240,14 +288,7 @@ class ParserProcess:
                 # cap) and said so before leaving; an answer beats "died".
                 if not self._conn.poll(CHILD_STOP_GRACE_S):
                     raise
-            if self._conn.poll(budget_s):
-                received = self._conn.recv()
-                if isinstance(received, Reply):
-                    reply = received
-                else:
-                    raise EOFError("unexpected message from the parser process")
-            else:
-                reply = TimedOut()
+            reply = self._await_reply(budget, on_progress)
         except (EOFError, OSError):
             pid = self.pid
             exitcode = self.reap()
@@ -258,6 +299,31 @@ class ParserProcess:
         elif isinstance(reply, Reply) and reply.retiring:
             self.reap()  # it exits by itself right after replying
         return reply
+
+    def _await_reply(
+        self, budget: Budget, on_progress: Callable[[int, int], None] | None
+    ) -> Reply | TimedOut:
+        assert self._conn is not None
+        started = time.monotonic()
+        reported_at: float | None = None
+        last: UnitsDone | None = None
+        while True:
+            deadline = budget.deadline(started, reported_at)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._conn.poll(remaining):
+                return TimedOut(
+                    deadline - started,
+                    None if last is None else last.done,
+                    None if last is None else last.total,
+                )
+            received = self._conn.recv()
+            if isinstance(received, Reply):
+                return received
+            if not isinstance(received, UnitsDone):
+                raise EOFError("unexpected message from the parser process")
+            reported_at, last = time.monotonic(), received
+            if on_progress is not None:
+                on_progress(received.done, received.total)
 
     def kill(self) -> None:
         with self._lock:
@@ -305,12 +371,14 @@ def _popen(argv: list[str], child_fd: int) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         pass_fds=(child_fd,),
+        env=os.environ | _CHILD_ENVIRONMENT,
     )
 
 
 __all__ = [
     "CHILD_STOP_GRACE_S",
     "CRASH_SIGNALS",
+    "Budget",
     "Died",
     "KilledWhileStarting",
     "ParserProcess",

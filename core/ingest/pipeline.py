@@ -32,6 +32,7 @@ from core.ingest.embedding import (
 from core.ingest.formats import format_for, format_info
 from core.ingest.keys import CHUNKER_VERSION, processing_key, result_checksum
 from core.ingest.parse_pool import ParserPool, estimate_pages_async
+from core.ingest.parse_progress import reporting
 from core.ingest.parser_process import ParserStartFailed
 from core.ingest.parsing import (
     DEFAULT_CHUNK_OVERLAP,
@@ -286,10 +287,14 @@ class Pipeline:
             if reused is not None:
                 return reused
         say(f"stage=parse 0/{estimate}")
+        # Pages (slides, sheets) as the parser finishes them: an OCR page takes
+        # seconds, and the operator must see a long scan move. Progress coalesces
+        # its writes, so a report per page costs an assignment.
+        parsed_units = functools.partial(progress.set, Stage.PARSE)
         # Only our own code on plain text runs here; every zip- or XML-based format
         # goes to the parser process.
         if format_for(document.kind).in_process and len(data) <= TEXT_IN_PROCESS_MAX_BYTES:
-            parsed = await self._parse_text(data, document.kind)
+            parsed = await self._parse_text(data, document.kind, parsed_units)
         else:
             # A long parse is where a cancelled task would keep burning a core: it is
             # abandoned, and its parser process killed, as soon as a write finds the
@@ -302,6 +307,7 @@ class Pipeline:
                     chunk_size=opts.chunk_size,
                     chunk_overlap=opts.chunk_overlap,
                     estimated_pages=estimate,
+                    on_progress=parsed_units,
                 )
             )
         del data
@@ -409,17 +415,30 @@ class Pipeline:
         say(f"deferred task={claim.task_id[:8]}: {reason}")
         return Outcome(claim.task_id, "deferred")
 
-    async def _parse_text(self, data: bytes, kind: DocumentKind) -> ParsedDocument:
+    async def _parse_text(
+        self, data: bytes, kind: DocumentKind, on_progress: Callable[[int, int], None]
+    ) -> ParsedDocument:
         """Parse a small text or Markdown document in this process (see
-        TEXT_IN_PROCESS_MAX_BYTES); same outcomes and warning log as the pool."""
+        TEXT_IN_PROCESS_MAX_BYTES); same outcomes, warning log and progress reports
+        as the pool."""
         opts = self.options
         # Text ignores the PDF parser, so that setting is neither passed nor checked
         # here; building the request checks the chunk sizes.
         request = ParseRequest(kind, chunk_size=opts.chunk_size, chunk_overlap=opts.chunk_overlap)
-        parse = functools.partial(run_parse, data, request)
         if len(data) <= TEXT_ON_LOOP_MAX_BYTES:
-            outcome, lines, count = parse()
+            with reporting(on_progress):
+                outcome, lines, count = run_parse(data, request)
         else:
+            loop = asyncio.get_running_loop()
+
+            def from_thread(done: int, total: int) -> None:
+                # Queued before the thread's result is, so it lands before it.
+                loop.call_soon_threadsafe(on_progress, done, total)
+
+            def parse() -> tuple[ParsedDocument | ParseFailure, list[str], int]:
+                with reporting(from_thread):
+                    return run_parse(data, request)
+
             outcome, lines, count = await asyncio.to_thread(parse)
         log_parser_warnings(lines, count)
         if isinstance(outcome, ParseFailure):

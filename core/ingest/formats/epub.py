@@ -19,6 +19,7 @@ from core.ingest.formats.base import Extracted, Format
 from core.ingest.formats.html import decode_html, extract
 from core.ingest.formats.package import library_failure, open_package
 from core.ingest.limits import LimitExceeded, TableBudget, read_part
+from core.ingest.parse_progress import report_units
 from core.states import DocumentKind, ErrorCode
 
 if TYPE_CHECKING:
@@ -47,11 +48,12 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
         chapters = _spine(archive)
         out = Extracted()
         budget = TableBudget(WHAT)
-        for path in chapters:
+        for number, path in enumerate(chapters, start=1):
             try:
                 raw = read_part(archive, path, WHAT)
             except KeyError:
                 warnings.add("EPUB spine names a chapter that is not in the book")
+                report_units(number, len(chapters))
                 continue
             out.units += 1
             text = decode_html(raw, warnings, WHAT)
@@ -61,6 +63,7 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
             for block in blocks:
                 location = replace(block.location, headings=(name, *block.location.headings))
                 out.blocks.append(replace(block, location=location))
+            report_units(number, len(chapters))
         return out
     except (ParseFailure, LimitExceeded):
         raise

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from core.ingest.chunker import Location
 from core.ingest.formats.base import Extracted, Format, Prose
+from core.ingest.parse_progress import report_units
 from core.states import DocumentKind, ErrorCode
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ def _pypdf_pages(data: bytes) -> Iterator[str]:
             text = pages[index].extract_text()
         except Exception as exc:
             raise ParseFailure(ErrorCode.PARSE_ERROR, reason(exc, page=index + 1)) from None
+        report_units(index + 1, count)
         yield text
 
 

@@ -14,6 +14,7 @@ from core.ingest.chunker import Location
 from core.ingest.formats.base import Extracted, Format, Prose, Table
 from core.ingest.formats.package import parse_package
 from core.ingest.limits import MAX_GROUP_DEPTH, LimitExceeded, TableBudget
+from core.ingest.parse_progress import report_units
 from core.states import DocumentKind
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ def _extract(data: bytes) -> Extracted:
     deck = pptx.Presentation(BytesIO(data))
     out = Extracted()
     budget = TableBudget(WHAT)
-    for number, slide in enumerate(deck.slides, start=1):
+    slides = deck.slides
+    for number, slide in enumerate(slides, start=1):
         out.units = number
         where = Location(slide=number)
         lines: list[str] = []
@@ -56,6 +58,7 @@ def _extract(data: bytes) -> Extracted:
             frame = slide.notes_slide.notes_text_frame
             if frame is not None and frame.text.strip():
                 out.blocks.append(Prose(frame.text, Location(slide=number, notes=True)))
+        report_units(number, len(slides))
     return out
 
 

@@ -18,6 +18,7 @@ from core.ingest.chunker import Location
 from core.ingest.formats.base import Extracted, Format, Table
 from core.ingest.formats.package import parse_package
 from core.ingest.limits import TableBudget
+from core.ingest.parse_progress import report_units
 from core.states import DocumentKind
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ def _extract(data: bytes) -> Extracted:
     out = Extracted()
     budget = TableBudget(WHAT)
     try:
-        for sheet in book.worksheets:
+        sheets = book.worksheets
+        for sheet in sheets:
             out.units += 1
             # The declared dimension can claim 16384 columns for one cell: forget it,
             # so rows are not padded to it.
@@ -76,6 +78,7 @@ def _extract(data: bytes) -> Extracted:
                     out.blocks.append(Table(None, [(1, header)], Location(sheet=sheet.title)))
                 else:
                     out.blocks.append(Table(header, rows, Location(sheet=sheet.title)))
+            report_units(out.units, len(sheets))
     finally:
         book.close()
     return out
