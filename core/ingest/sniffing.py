@@ -301,3 +301,19 @@ def _decode_with(data: bytes, encoding: str, *, final: bool) -> tuple[str, str] 
         return decoder.decode(data, final=final), encoding
     except UnicodeDecodeError:
         return None
+
+
+def kind_misnamed_pdf(data: bytes, filename: str) -> DocumentKind | None:
+    """What an upload named ``.pdf`` whose content is no PDF really is (a Word document
+    renamed ``report.pdf``, an HTML error page saved as one), judged as if it had no
+    name; None when the name is not ``.pdf`` or the content is not a kind ingestdesk
+    reads either.
+
+    :func:`sniff_kind` refuses such an upload (rule 2: the content contradicts the
+    name); this only lets the refusal say what the content is. A password-protected
+    Office file says nothing of its format, so it is not named here.
+    """
+    if not filename.lower().endswith(".pdf") or data.startswith(_OLE2_MAGIC):
+        return None
+    kind = sniff_kind(data, filename[: -len(".pdf")])
+    return None if kind is DocumentKind.PDF else kind
