@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from core.ingest.chunker import Chunk, Location
+from core.ingest.formats import format_info
 from core.ingest.parsing import ParsedDocument, ParseFailure, parse_document
 from core.ingest.sniffing import kind_misnamed_pdf, sniff_kind
 from core.states import DocumentKind, ErrorCode
@@ -224,6 +225,14 @@ def test_the_location_of_a_part_is_stored_and_shown() -> None:
     assert stored is not None and json.loads(stored)["part"] == "footnote"
     assert Location.from_stored(None, stored) == note
     assert Location(headings=("Setup",)).stored() == '{"headings":["Setup"]}'  # as before
+
+
+def test_the_reading_revision_is_in_the_processing_key() -> None:
+    # Results are reused by processing key: one read by the old python-docx-only path
+    # (no headers, notes, text boxes) must not be taken for one read now.
+    info = format_info(DocumentKind.DOCX, "pypdf")
+    assert info["parser"] == "python-docx" and info["revision"] == "2"
+    assert "revision" not in format_info(DocumentKind.PPTX, "pypdf")  # keys unchanged
 
 
 def test_a_word_document_named_pdf_is_refused_saying_what_it_is(tmp_path: Path) -> None:

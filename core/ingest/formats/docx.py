@@ -432,4 +432,7 @@ FORMAT = Format(
     recognised_by="zip whose [Content_Types].xml names a wordprocessingml main part",
     needs=("python-docx",),
     parse=parse,
+    # 2: the XML walked here (headers, notes, content controls, text boxes, tracked
+    # changes); 1 read python-docx's paragraphs and tables only.
+    revision="2",
 )
