@@ -122,6 +122,24 @@ def test_a_header_repeated_in_another_part_is_indexed_once() -> None:
     assert occurrences(chunks, "REGULAR HEADER (page 2 onward)") == 1
 
 
+def test_a_page_number_is_not_read_as_text() -> None:
+    # The number a PAGE field shows is the page a footer was last drawn on ("2" in
+    # FancyFoot.docx's footer): read, it would make each section's copy of one footer
+    # a different text and put stray numbers in the index.
+    chunks = read("FancyFoot.docx")
+    (footer,) = [c for c in chunks if c.location == Location(part="footer")]
+    assert footer.text == "This is a fancy alphabet footer, with page number and everything\tPage"
+    assert place(chunks, "More on page one") == Location(headings=("HEADING TEXT",))
+
+
+@needs_corpus
+def test_a_page_number_field_in_a_real_footer_is_not_read() -> None:
+    # Bug51170.docx's footer is "<PAGE field showing 7> Estatutos do Conselho ...".
+    chunks = read("Bug51170.docx")
+    (footer,) = [c for c in chunks if c.location == Location(part="footer")]
+    assert footer.text == "Estatutos do Conselho Nacional da Ind\u00fastria do Golfe"
+
+
 @needs_corpus
 def test_footnotes_are_read_under_the_heading_they_are_anchored_at() -> None:
     chunks = read("handbook-872p.docx")

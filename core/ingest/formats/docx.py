@@ -60,10 +60,15 @@ _SKIPPED = frozenset(
     _W + name
     for name in (
         "pPr", "rPr", "sectPr", "tblPr", "tblGrid", "trPr", "tcPr", "sdtPr", "sdtEndPr",
-        "del", "moveFrom", "delText", "delInstrText", "instrText", "fldChar",
+        "del", "moveFrom", "delText", "delInstrText",
         "bookmarkStart", "bookmarkEnd", "proofErr", "lastRenderedPageBreak",
     )
 ) | {_MC + "Fallback"}  # fmt: skip
+FLD_CHAR, INSTR_TEXT, FLD_SIMPLE = _W + "fldChar", _W + "instrText", _W + "fldSimple"
+# Fields whose shown result is where the text was laid out, not what it says: the
+# number of the page a header was last drawn on would make every section's copy of
+# one header a different text, and put stray numbers in the index.
+_LAYOUT_FIELDS = frozenset(("PAGE", "NUMPAGES", "SECTIONPAGES"))
 _LINE_BREAKS = frozenset((_W + "br", _W + "cr"))
 _TABS = frozenset((_W + "tab", _W + "ptab"))
 _NOTE_REFERENCES = {
@@ -169,6 +174,10 @@ class _Reader:
         # (footnote / endnote / comment, its id) → the heading path where it is
         # anchored in the body.
         self.anchors: dict[tuple[str, str], tuple[str, ...]] = {}
+        # The complex fields open in the current paragraph: [instruction, showing its
+        # result]. A field's runs are siblings (begin, instruction, separate, result,
+        # end), so this is state across the walk, reset for every paragraph.
+        self._fields: list[list[Any]] = []
 
     def blocks(self, container: Any, sink: Sections) -> None:
         """Block-level content: paragraphs, tables, and what wraps them, in order."""
@@ -192,6 +201,7 @@ class _Reader:
     def paragraph(self, p: Any, sink: Sections) -> None:
         pieces: list[str] = []
         boxes: list[Any] = []
+        self._fields = []
         self.inline(p, pieces, boxes, sink.headings)
         text = "".join(pieces)
         style = p.find(f"{_W}pPr/{_W}pStyle")
@@ -214,7 +224,16 @@ class _Reader:
         for child in element:
             tag = child.tag
             if tag == T or tag == _M + "t":
-                pieces.append(child.text or "")
+                if not self._fields or not self._in_layout_field():
+                    pieces.append(child.text or "")
+            elif tag == FLD_CHAR:
+                self._field_char(child.get(_W + "fldCharType"))
+            elif tag == INSTR_TEXT:
+                if self._fields:
+                    self._fields[-1][0] += child.text or ""
+            elif tag == FLD_SIMPLE:
+                if _field_name(child.get(_W + "instr", "")) not in _LAYOUT_FIELDS:
+                    self.inline(child, pieces, boxes, headings)
             elif tag in _SKIPPED or not isinstance(tag, str):
                 continue  # (comments and processing instructions have no str tag)
             elif tag in _TABS:
@@ -239,6 +258,20 @@ class _Reader:
                 self.inline(child, pieces, boxes, headings)
             else:
                 self.inline(child, pieces, boxes, headings)
+
+    def _field_char(self, kind: str | None) -> None:
+        if kind == "begin":
+            self._fields.append(["", False])
+        elif kind == "separate" and self._fields:
+            self._fields[-1][1] = True
+        elif kind == "end" and self._fields:
+            self._fields.pop()
+
+    def _in_layout_field(self) -> bool:
+        return any(
+            showing and _field_name(instruction) in _LAYOUT_FIELDS
+            for instruction, showing in self._fields
+        )
 
     def table(self, tbl: Any, sink: Sections) -> None:
         rows: list[list[str]] = []
@@ -270,6 +303,7 @@ class _Reader:
             if tag == P:
                 pieces: list[str] = []
                 boxes: list[Any] = []
+                self._fields = []
                 self.inline(child, pieces, boxes, headings)
                 lines.append("".join(pieces))
                 for box in boxes:
@@ -286,6 +320,12 @@ class _Reader:
                 branch = _branch(child)
                 if branch is not None:
                     self._cell_lines(branch, lines, nested, headings)
+
+
+def _field_name(instruction: str) -> str:
+    """A field instruction's name: ``PAGE`` of `` PAGE \\* MERGEFORMAT ``."""
+    words = instruction.split(maxsplit=1)
+    return words[0].upper() if words else ""
 
 
 def _branch(alternate: Any) -> Any:
