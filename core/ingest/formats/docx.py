@@ -457,12 +457,21 @@ def _merged(blocks: list[Block]) -> list[Block]:
     """Neighbouring prose at the same place as one block (a document's 138 footnotes
     under one heading are one text to chunk, not 138 slivers)."""
     out: list[Block] = []
+    run: list[Prose] = []  # joined once, at its end: adding text on text is quadratic
+
+    def close() -> None:
+        if run:
+            out.append(replace(run[0], text="\n".join(p.text for p in run)))
+            run.clear()
+
     for block in blocks:
-        last = out[-1] if out else None
-        if isinstance(block, Prose) and isinstance(last, Prose) and last.location == block.location:
-            out[-1] = replace(last, text=last.text + "\n" + block.text)
+        if not (isinstance(block, Prose) and run and run[0].location == block.location):
+            close()
+        if isinstance(block, Prose):
+            run.append(block)
         else:
             out.append(block)
+    close()
     return out
 
 
