@@ -316,4 +316,32 @@ def kind_misnamed_pdf(data: bytes, filename: str) -> DocumentKind | None:
     if not filename.lower().endswith(".pdf") or data.startswith(_OLE2_MAGIC):
         return None
     kind = sniff_kind(data, filename[: -len(".pdf")])
+    if kind is None and data.startswith(_ZIP_MAGIC):
+        # A stream upload is judged by its first 64 KiB, which hold no zip directory:
+        # the entries' own headers still name the parts.
+        kind = _kind_by_entries(data)
     return None if kind is DocumentKind.PDF else kind
+
+
+# An Office package's parts live under a folder that names its format.
+_OFFICE_FOLDERS = (
+    (b"word/", DocumentKind.DOCX),
+    (b"ppt/", DocumentKind.PPTX),
+    (b"xl/", DocumentKind.XLSX),
+)
+
+
+def _kind_by_entries(data: bytes) -> DocumentKind | None:
+    """The kind the local headers of a zip's first entries name, if any: an EPUB's
+    first entry is its ``mimetype``, stored uncompressed."""
+    if data[30:38] == b"mimetype" and data[38:58] == b"application/epub+zip":
+        return DocumentKind.EPUB
+    at = 0
+    while (at := data.find(_ZIP_MAGIC, at)) >= 0 and at + 30 <= len(data):
+        (length,) = struct.unpack_from("<H", data, at + 26)
+        name = data[at + 30 : at + 30 + length]
+        for folder, kind in _OFFICE_FOLDERS:
+            if name.startswith(folder):
+                return kind
+        at += 4
+    return None

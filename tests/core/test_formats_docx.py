@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from core.errors import BadInput
 from core.ingest.chunker import Chunk, Location
 from core.ingest.formats import format_info
 from core.ingest.parsing import ParsedDocument, ParseFailure, parse_document
 from core.ingest.sniffing import kind_misnamed_pdf, sniff_kind
+from core.intake import check_upload
 from core.states import DocumentKind, ErrorCode
+from core.store import HEAD_BYTES, StoredObject
 from tests.core.test_cli import (
     EXIT_BAD_INPUT,
     Result,
@@ -275,6 +279,21 @@ def test_a_word_document_named_pdf_is_refused_saying_what_it_is(tmp_path: Path) 
     # Under the name it asks for, the same bytes are accepted.
     answer = ok(cli("add", str(write(tmp_path / "report.docx", docx)), "--json"))
     assert [task["document_name"] for task in answer] == ["report.docx"]
+
+
+def test_a_streamed_upload_judged_by_its_head_is_refused_saying_what_it_is() -> None:
+    # An upload received as a stream (the HTTP API) is judged by its first 64 KiB,
+    # which hold no zip directory for a bigger file: the entries' headers still say.
+    for name, what in (
+        ("winter-sports.epub", "an EPUB book"),
+        ("Bug54849.docx", "a Word document (DOCX)"),
+    ):
+        data = (DATA / name).read_bytes()
+        head = data[: min(HEAD_BYTES, len(data) // 2)]
+        stored = StoredObject("key", "digest", len(data), head)
+        with pytest.raises(BadInput, match=f"the content is {re.escape(what)}"):
+            check_upload(stored, "manual.pdf", 10**9)
+        assert check_upload(stored, f"manual{Path(name).suffix}", 10**9) is sniff_kind(data, name)
 
 
 # --- the whole corpus -------------------------------------------------------------------------

@@ -6,7 +6,8 @@ here, because python-docx's own reading sees only paragraphs and tables that are
 direct children of the body and runs that are direct children of a paragraph. Read
 here, in document order: paragraphs under their heading path, tables as rows and
 cells (a table nested in a cell follows as a table of its own), content controls
-(``w:sdt``) at every level, smart tags, fields' results, hyperlinks, tracked
+(``w:sdt``) at every level, smart tags, fields' results (not a page number's: it
+is where the text was laid out), hyperlinks, tracked
 insertions and moves (their new place; deletions and a move's old place are
 skipped, as Word shows the document with the changes accepted), text boxes (read
 once, though Word stores each twice: DrawingML and a VML fallback), and outside the
