@@ -351,7 +351,9 @@ def _children(parent: Any, tag: str) -> Iterator[Any]:
 
 
 def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
-    return parse_package(data, WHAT, _extract)
+    # Strict Open XML (ISO 29500 Strict) differs from what python-docx reads in its
+    # namespaces' names; the elements read here are the same.
+    return parse_package(data, WHAT, _extract, reads_strict=True)
 
 
 def _extract(data: bytes) -> Extracted:
