@@ -294,6 +294,12 @@ def test_a_streamed_upload_judged_by_its_head_is_refused_saying_what_it_is() -> 
         with pytest.raises(BadInput, match=f"the content is {re.escape(what)}"):
             check_upload(stored, "manual.pdf", 10**9)
         assert check_upload(stored, f"manual{Path(name).suffix}", 10**9) is sniff_kind(data, name)
+    # A zip that merely holds a word/ folder is no Word document, whole or cut short.
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as package:
+        package.writestr("word/document.xml", "<w:document/>")
+    for data in (archive.getvalue(), archive.getvalue()[:-22]):
+        assert kind_misnamed_pdf(data, "x.pdf") is None
 
 
 # --- the whole corpus -------------------------------------------------------------------------
