@@ -142,9 +142,13 @@ def check_upload(data: Original, name: str, max_bytes: int) -> DocumentKind:
 def _misnamed_pdf(shown: str, kind: DocumentKind) -> str:
     """The refusal of a ``.pdf`` whose content is another format: what it is, and the
     name under which it would be accepted."""
-    what, suffix = _CONTENT_NAMES.get(kind, (f"{kind.value.upper()} content", ""))
-    fix = f"; rename it to {suffix} to upload it" if suffix else ""
-    return f"{shown}: not a PDF: the content is {what}, but the name says .pdf{fix}"
+    # A kind without a phrase here (one added later) is still named, by its value:
+    # judged by content, it is let in under any name but .pdf.
+    what, suffix = _CONTENT_NAMES.get(kind, (f"{kind.value.upper()} content", f".{kind.value}"))
+    return (
+        f"{shown}: not a PDF: the content is {what}, but the name says .pdf; "
+        f"rename it to {suffix} to upload it"
+    )
 
 
 def _read_capped(stream: BinaryIO, max_bytes: int, shown: str) -> bytes:
