@@ -344,13 +344,15 @@ def _replaced(package: bytes, name: str, content: bytes) -> bytes:
     return out.getvalue()
 
 
-def test_chunks_and_search_show_each_chunks_place_not_an_empty_page(tmp_path: Path) -> None:
+def test_chunks_and_search_show_each_chunks_place_not_an_empty_page(
+    db_url: str, tmp_path: Path
+) -> None:
     # `chunks` printed `page=-` before a slide's or a header's place; a page is shown
-    # only where there is one.
-    db_path, store = tmp_path / "ledger.db", tmp_path / "objects"
+    # only where there is one. (On each backend: the place is stored as JSON text.)
+    store = tmp_path / "objects"
 
     def cli(*args: str) -> Result:
-        return run(["--db", str(db_path), "--store", str(store), *args], cwd=tmp_path)
+        return run(["--db", db_url, "--store", str(store), *args], cwd=tmp_path)
 
     files = [DATA / "Bug54849.docx", DATA / "powerpoint_sample.pptx"]
     added = ok(cli("add", *map(str, files), "--json"))
