@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.errors import BadInput
-from core.ingest.sniffing import sniff_kind
+from core.ingest.sniffing import kind_misnamed_pdf, sniff_kind
 from core.safe_text import neutralise, visible
 from core.states import DocumentKind
 from core.store import Original, StoredObject
@@ -29,6 +29,18 @@ _UNSAFE_NAME = re.compile(r"\.\.|[/\\]")
 # Opening never waits (a FIFO swapped in after the stat would block a plain open) and
 # never makes a terminal our controlling one.
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+# How a refusal names the content of a misnamed ``.pdf``, and the name that would
+# let it in.
+_CONTENT_NAMES: dict[DocumentKind, tuple[str, str]] = {
+    DocumentKind.DOCX: ("a Word document (DOCX)", ".docx"),
+    DocumentKind.PPTX: ("a PowerPoint deck (PPTX)", ".pptx"),
+    DocumentKind.XLSX: ("an Excel workbook (XLSX)", ".xlsx"),
+    DocumentKind.EPUB: ("an EPUB book", ".epub"),
+    DocumentKind.HTML: ("an HTML page", ".html"),
+    DocumentKind.CSV: ("CSV text (a table)", ".csv"),
+    DocumentKind.TEXT: ("plain text", ".txt"),
+    DocumentKind.MARKDOWN: ("Markdown text", ".md"),
+}
 _KINDS = (
     (stat.S_ISFIFO, "a pipe (FIFO)"),
     (stat.S_ISCHR, "a character device"),
@@ -116,12 +128,27 @@ def check_upload(data: Original, name: str, max_bytes: int) -> DocumentKind:
     # A stored object's head is the first HEAD_BYTES, all that sniffing reads.
     kind = sniff_kind(head, name)
     if kind is None:
+        misnamed = kind_misnamed_pdf(head, name)
+        if misnamed is not None:
+            raise BadInput(_misnamed_pdf(display_name(name), misnamed))
         raise BadInput(
             f"{display_name(name)}: unsupported file type (judged by content); "
             "ingestdesk takes PDF, DOCX, PPTX, XLSX, HTML, EPUB, CSV, Markdown and plain "
             "text (ingestdesk formats lists them)"
         )
     return kind
+
+
+def _misnamed_pdf(shown: str, kind: DocumentKind) -> str:
+    """The refusal of a ``.pdf`` whose content is another format: what it is, and the
+    name under which it would be accepted."""
+    # A kind without a phrase here (one added later) is still named, by its value:
+    # judged by content, it is let in under any name but .pdf.
+    what, suffix = _CONTENT_NAMES.get(kind, (f"{kind.value.upper()} content", f".{kind.value}"))
+    return (
+        f"{shown}: not a PDF: the content is {what}, but the name says .pdf; "
+        f"rename it to {suffix} to upload it"
+    )
 
 
 def _read_capped(stream: BinaryIO, max_bytes: int, shown: str) -> bytes:

@@ -227,8 +227,7 @@ async def cmd_chunks(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
     version, chunks = await ledger.reads.document_chunks(args.document_id)
     header = _acted_on(args.document_id, version, "shown")
     lines = [
-        f"{c.ordinal:>4}  page={c.page if c.page is not None else '-':<4} "
-        f"{_beyond_page(c.location, c.place)}{c.text[:CHUNK_PREVIEW_CHARS]!r}"
+        f"{c.ordinal:>4}  {_where(c.page, c.location, c.place)} {c.text[:CHUNK_PREVIEW_CHARS]!r}"
         for c in chunks
     ] or [
         f"no chunks (version v{version.version_no} {version.document_id[:8]} is "
@@ -243,9 +242,13 @@ async def cmd_chunks(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
     out.emit([c.to_dict() for c in chunks], lines)
 
 
-def _beyond_page(location: dict[str, object], place: str) -> str:
-    """``[slide 3 notes] `` when a chunk's location says more than its page, else ``""``."""
-    return f"[{place}] " if set(location) - {"page"} else ""
+def _where(page: int | None, location: dict[str, object], place: str) -> str:
+    """Where a chunk is, in the document's own terms: ``page=3`` for a page (``page=-``
+    for a text file, which has none), ``[slide 3 notes]``, ``[sheet Q1 rows 2-41]``,
+    ``[footnote in Setup > Linux]`` for everything else — a slide has no page to show."""
+    if set(location) - {"page"}:
+        return f"[{place}]"
+    return f"page={page if page is not None else '-':<4}"
 
 
 async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
@@ -253,8 +256,8 @@ async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
     chunks, one line per hit with the matched words marked ``**like this**``."""
     hits = await ledger.reads.search(args.query, limit=args.limit, include_unpublished=args.all)
     lines = [
-        f"{h.family_id[:8]}  v{h.version_no:<3} page={h.page if h.page is not None else '-':<4} "
-        f"score={h.score:<9.4g} {h.filename}: {_beyond_page(h.location, h.place)}{h.snippet}"
+        f"{h.family_id[:8]}  v{h.version_no:<3} {_where(h.page, h.location, h.place)} "
+        f"score={h.score:<9.4g} {h.filename}: {h.snippet}"
         for h in hits
     ]
     out.emit(

@@ -36,6 +36,9 @@ class Location:
             1-based as a spreadsheet numbers them, the header row excluded.
         headings: The headings above the chunk, outermost first (DOCX, HTML, EPUB;
             an EPUB's first entry is its chapter).
+        part: Which part of the document outside its running text the chunk is
+            (DOCX: ``header``, ``footer``, ``footnote``, ``endnote``, ``comment``,
+            ``text box``); ``headings`` then say where it is anchored, if known.
     """
 
     page: int | None = None
@@ -44,15 +47,19 @@ class Location:
     sheet: str | None = None
     rows: tuple[int, int] | None = None
     headings: tuple[str, ...] = ()
+    part: str | None = None
 
     def label(self) -> str:
         """One line for people: ``p. 3``, ``slide 4 notes``, ``sheet Q1 rows 2-41``,
-        ``Setup > Linux``; empty when nothing is known."""
+        ``Setup > Linux``, ``footnote in Setup > Linux``, ``header``; empty when
+        nothing is known."""
         parts: list[str] = []
         if self.page is not None:
             parts.append(f"p. {self.page}")
         if self.slide is not None:
             parts.append(f"slide {self.slide}" + (" notes" if self.notes else ""))
+        if self.part is not None:
+            parts.append(f"{self.part} in" if self.headings else self.part)
         if self.headings:
             parts.append(" > ".join(self.headings))
         if self.sheet is not None:
@@ -77,6 +84,8 @@ class Location:
             out["rows"] = list(self.rows)
         if self.headings:
             out["headings"] = list(self.headings)
+        if self.part is not None:
+            out["part"] = self.part
         return out
 
     def stored(self) -> str | None:
@@ -102,6 +111,7 @@ class Location:
             sheet=fields.get("sheet"),
             rows=(int(rows[0]), int(rows[1])) if rows else None,
             headings=tuple(fields.get("headings", ())),
+            part=fields.get("part"),
         )
 
 

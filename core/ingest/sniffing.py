@@ -301,3 +301,50 @@ def _decode_with(data: bytes, encoding: str, *, final: bool) -> tuple[str, str] 
         return decoder.decode(data, final=final), encoding
     except UnicodeDecodeError:
         return None
+
+
+def kind_misnamed_pdf(data: bytes, filename: str) -> DocumentKind | None:
+    """What an upload named ``.pdf`` whose content is no PDF really is (a Word document
+    renamed ``report.pdf``, an HTML error page saved as one), judged as if it had no
+    name; None when the name is not ``.pdf`` or the content is not a kind ingestdesk
+    reads either.
+
+    :func:`sniff_kind` refuses such an upload (rule 2: the content contradicts the
+    name); this only lets the refusal say what the content is. A password-protected
+    Office file says nothing of its format, so it is not named here.
+    """
+    if not filename.lower().endswith(".pdf") or data.startswith(_OLE2_MAGIC):
+        return None
+    kind = sniff_kind(data, filename[: -len(".pdf")])
+    if kind is None and data.startswith(_ZIP_MAGIC) and _zip_entries_declared(data) is None:
+        # A stream upload is judged by its first 64 KiB, which hold no zip directory:
+        # the entries' own headers still name the parts.
+        kind = _kind_by_entries(data)
+    return None if kind is DocumentKind.PDF else kind
+
+
+# An Office package's parts live under a folder that names its format.
+_OFFICE_FOLDERS = (
+    (b"word/", DocumentKind.DOCX),
+    (b"ppt/", DocumentKind.PPTX),
+    (b"xl/", DocumentKind.XLSX),
+)
+
+
+def _kind_by_entries(data: bytes) -> DocumentKind | None:
+    """The kind the local headers of a zip's first entries name, if any: an EPUB's
+    first entry is its ``mimetype``, stored uncompressed; an Office package holds
+    ``[Content_Types].xml`` and parts under its format's folder."""
+    if data[30:38] == b"mimetype" and data[38:58] == b"application/epub+zip":
+        return DocumentKind.EPUB
+    content_types, found = False, None
+    at = 0
+    while (at := data.find(_ZIP_MAGIC, at)) >= 0 and at + 30 <= len(data):
+        (length,) = struct.unpack_from("<H", data, at + 26)
+        name = data[at + 30 : at + 30 + length]
+        content_types = content_types or name == b"[Content_Types].xml"
+        found = found or next((k for folder, k in _OFFICE_FOLDERS if name.startswith(folder)), None)
+        if content_types and found is not None:
+            return found
+        at += 4
+    return None

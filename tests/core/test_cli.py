@@ -624,7 +624,10 @@ def bad_input_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "zip named pdf": (write(tmp_path / "x.pdf", zip_bytes()), "unsupported"),
         "zip named txt": (write(tmp_path / "x.txt", zip_bytes()), "unsupported"),
         "png": (write(tmp_path / "photo.png", PNG), "unsupported"),
-        "text named pdf": (write(tmp_path / "fake.pdf", TEXT), "unsupported"),
+        "text named pdf": (
+            write(tmp_path / "fake.pdf", TEXT),
+            "not a PDF: the content is plain text",
+        ),
     }
 
 

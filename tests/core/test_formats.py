@@ -259,11 +259,12 @@ def test_encrypted_office_files_need_a_password(name: str) -> None:
 
 
 def test_strict_open_xml_is_refused_by_name() -> None:
-    # Strict.docx (docling, MIT) is Word's "Strict Open XML Document": its namespaces
-    # are not the ones python-docx reads, and saying so beats "a part is missing".
-    data = (DATA / "Strict.docx").read_bytes()
+    # SimpleStrict.xlsx (POI) is Excel's "Strict Open XML Spreadsheet": its namespaces
+    # are not the ones openpyxl reads, and saying so beats "a part is missing". (A
+    # Strict DOCX is read: tests/core/test_formats_docx.py.)
+    data = (DATA / "SimpleStrict.xlsx").read_bytes()
     with pytest.raises(ParseFailure, match="Strict Open XML, which is not supported"):
-        parse_document(data, sniff_kind(data, "Strict.docx") or DocumentKind.DOCX)
+        parse_document(data, sniff_kind(data, "SimpleStrict.xlsx") or DocumentKind.XLSX)
 
 
 def test_every_format_says_what_it_needs_and_it_is_installed() -> None:

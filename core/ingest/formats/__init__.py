@@ -52,7 +52,8 @@ def installed_version(distribution: str) -> str | None:
 def format_info(kind: DocumentKind | str, parser: str) -> dict[str, str]:
     """What parsed a document, as recorded on its task and in its processing key:
     PDFs name the PDF parser, text and Markdown ``text`` (as before formats had
-    modules, so their keys are unchanged), others their library and its version."""
+    modules, so their keys are unchanged), others their library and its version, and
+    the module's own revision when it has one."""
     from core.ingest.failures import parser_info
 
     fmt = format_for(kind)
@@ -61,7 +62,10 @@ def format_info(kind: DocumentKind | str, parser: str) -> dict[str, str]:
     if not fmt.needs:
         return {"parser": "text" if fmt.in_process else fmt.kind.value}
     library = fmt.needs[0]
-    return {"parser": library, "version": installed_version(library) or "missing"}
+    info = {"parser": library, "version": installed_version(library) or "missing"}
+    if fmt.revision is not None:
+        info["revision"] = fmt.revision
+    return info
 
 
 __all__ = [

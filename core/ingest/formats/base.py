@@ -110,6 +110,9 @@ class Format:
         in_process: Whether a small document may be parsed in the worker itself
             (our own code on plain text; never a zip- or XML-based format).
         empty_reason: The ``empty_document`` detail when nothing indexable is found.
+        revision: Our reading's own revision, in the processing key beside the
+            library's version: bumped when the module reads the same bytes with the
+            same library differently, so a result read the old way is not reused.
     """
 
     kind: DocumentKind
@@ -120,3 +123,4 @@ class Format:
     captures_warnings: bool = True
     in_process: bool = False
     empty_reason: str = "document contains no text"
+    revision: str | None = None

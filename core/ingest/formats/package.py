@@ -25,6 +25,20 @@ ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")  # the OLE2 stream's 
 # Strict Open XML's namespaces (ISO 29500 Strict) instead of the transitional ones that
 # python-docx, python-pptx and openpyxl read: its relationship types say so.
 STRICT_NAMESPACE = b"http://purl.oclc.org/ooxml/"
+# Strict's namespaces and relationship-type prefixes → the transitional ones, for a
+# format that reads Strict by renaming them (DOCX: its reader looks at text, styles
+# and references, whose elements are the same in both; only the names differ).
+STRICT_TO_TRANSITIONAL: tuple[tuple[bytes, bytes], ...] = tuple(
+    (STRICT_NAMESPACE + strict.encode(), b"http://schemas.openxmlformats.org/" + ours.encode())
+    for strict, ours in (
+        ("wordprocessingml/main", "wordprocessingml/2006/main"),
+        ("officeDocument/relationships", "officeDocument/2006/relationships"),
+        ("officeDocument/math", "officeDocument/2006/math"),
+        ("drawingml/main", "drawingml/2006/main"),
+        ("drawingml/wordprocessingDrawing", "drawingml/2006/wordprocessingDrawing"),
+        ("drawingml/picture", "drawingml/2006/picture"),
+    )
+)
 
 
 def is_encrypted_office(data: bytes) -> bool:
@@ -32,7 +46,9 @@ def is_encrypted_office(data: bytes) -> bool:
     return data.startswith(OLE2_MAGIC) and ENCRYPTED_PACKAGE in data
 
 
-def open_package(data: bytes, what: str, *, ooxml: bool = True) -> zipfile.ZipFile:
+def open_package(
+    data: bytes, what: str, *, ooxml: bool = True, reads_strict: bool = False
+) -> zipfile.ZipFile:
     """The container, checked against the zip limits.
 
     Args:
@@ -40,6 +56,8 @@ def open_package(data: bytes, what: str, *, ooxml: bool = True) -> zipfile.ZipFi
         what: Its format, for messages ("DOCX").
         ooxml: It is an Office Open XML package (not an EPUB): Strict Open XML, which
             the Office libraries cannot read, is refused by name.
+        reads_strict: The format reads Strict Open XML too (see
+            :func:`transitional_copy`), so it is not refused.
 
     Raises:
         ParseFailure: Encrypted, Strict Open XML, or not a readable zip (truncated,
@@ -57,13 +75,35 @@ def open_package(data: bytes, what: str, *, ooxml: bool = True) -> zipfile.ZipFi
             ErrorCode.PARSE_ERROR, f"damaged or truncated {what} (not a readable zip)"
         ) from None
     check_zip(archive, what)
-    if ooxml and STRICT_NAMESPACE in _package_relationships(archive, what):
+    if ooxml and not reads_strict and is_strict(archive, what):
         archive.close()
         raise ParseFailure(
             ErrorCode.PARSE_ERROR,
             f"{what} is Strict Open XML, which is not supported; save it as a regular {what}",
         )
     return archive
+
+
+def is_strict(archive: zipfile.ZipFile, what: str) -> bool:
+    """Whether a package is Strict Open XML (its relationship types say so)."""
+    return STRICT_NAMESPACE in _package_relationships(archive, what)
+
+
+def transitional_copy(archive: zipfile.ZipFile, what: str) -> bytes:
+    """A Strict Open XML package with its XML parts' namespaces renamed to the
+    transitional ones (:data:`STRICT_TO_TRANSITIONAL`), stored uncompressed: what a
+    transitional reader can open. Every part is read through the zip limits."""
+    out = BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as copy:
+        for item in archive.infolist():
+            if item.is_dir():
+                continue
+            part = read_part(archive, item.filename, what)
+            if item.filename.endswith((".xml", ".rels")):
+                for strict, transitional in STRICT_TO_TRANSITIONAL:
+                    part = part.replace(strict, transitional)
+            copy.writestr(item.filename, part)
+    return out.getvalue()
 
 
 def _package_relationships(archive: zipfile.ZipFile, what: str) -> bytes:
@@ -101,14 +141,25 @@ def library_failure(exc: BaseException, what: str) -> str:
     return f"damaged {what} ({type(exc).__name__})"
 
 
-def parse_package(data: bytes, what: str, extract: Callable[[bytes], Extracted]) -> Extracted:
+def parse_package(
+    data: bytes,
+    what: str,
+    extract: Callable[[bytes], Extracted],
+    *,
+    reads_strict: bool = False,
+) -> Extracted:
     """Check an Office package (its zip guards, its parts) before its library opens it,
     then run ``extract``: a library's own failure becomes one ``parse_error`` line, while
-    the guards' refusals and our own failures pass unchanged."""
+    the guards' refusals and our own failures pass unchanged. With ``reads_strict`` a
+    Strict Open XML package is handed to ``extract`` as its transitional copy."""
     from core.ingest.failures import ParseFailure
 
-    open_package(data, what).close()
+    with open_package(data, what, reads_strict=reads_strict) as archive:
+        strict = reads_strict and is_strict(archive, what)
     try:
+        if strict:  # copied inside the try: a damaged part fails as the library would
+            with zipfile.ZipFile(BytesIO(data)) as archive:
+                data = transitional_copy(archive, what)
         return extract(data)
     except (ParseFailure, LimitExceeded):
         raise
