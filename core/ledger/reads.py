@@ -14,8 +14,10 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from core.filters import COMPARISONS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
-from core.ledger import rows, version_reads
+from core.config import DEFAULT_OCR_REVIEW_BELOW
+from core.filters import COMPARISONS, PAGE_FIELDS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
+from core.ledger import pages, rows, version_reads
+from core.ledger.pages import PageSummary, PageView
 from core.ledger.registry import WORKER_GONE_AFTER_S
 from core.ledger.review_diff import VersionDiff, diff_versions
 from core.ledger.schema import (
@@ -42,7 +44,7 @@ from core.ledger.views import (
     TaskPosition,
     TaskView,
 )
-from core.states import DocumentStatus, ErrorCode, Stage, TaskStatus
+from core.states import DocumentStatus, ErrorCode, PageDecision, Stage, TaskStatus
 
 FEED_LIMIT = 5000  # tasks per "what changed since R" answer
 # How a statement with a filter in it runs: outside SQLAlchemy's compiled cache. Each
@@ -70,8 +72,12 @@ def _views(
 class Reads:
     """Questions about the ledger's current state."""
 
-    def __init__(self, transactions: Transactions) -> None:
+    def __init__(
+        self, transactions: Transactions, *, review_below: float = DEFAULT_OCR_REVIEW_BELOW
+    ) -> None:
         self._tx = transactions
+        # Settings.ocr_review_below: what ``ocr:low`` and the page flag judge by.
+        self.review_below = review_below
 
     # ------------------------------------------------------------------ tasks
 
@@ -106,7 +112,7 @@ class Reads:
                 tuple_(TASKS.c.created_at, TASKS.c.id) < tuple_(before.created_at, before.task_id)
             )
         if filter:
-            query = query.where(*(term_clause(t) for t in filter.terms))
+            query = query.where(*(term_clause(t, self.review_below) for t in filter.terms))
         if status is not None:
             query = query.where(TASKS.c.status == TaskStatus(status).value)
         if error_code is not None:
@@ -226,7 +232,7 @@ class Reads:
         )
         options = UNCACHED if filter else {}
         if filter:
-            query = query.where(*(term_clause(t) for t in filter.terms))
+            query = query.where(*(term_clause(t, self.review_below) for t in filter.terms))
 
         def tx(conn: Connection) -> int:
             return int(conn.execute(query, execution_options=options).scalar() or 0)
@@ -344,6 +350,29 @@ class Reads:
 
         return await self._tx.read(tx)
 
+    # ----------------------------------------------------------------- pages
+
+    async def pages(self, document_id: str) -> tuple[PageSummary, list[PageView]]:
+        """How each page of the version ``document_id`` names was read, in page order,
+        with their summary and review flag, in one snapshot (no pages: the format has
+        none, or the version keeps no chunks). See :mod:`core.ledger.pages`."""
+
+        def tx(conn: Connection) -> tuple[PageSummary, list[PageView]]:
+            resolved = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            return (
+                pages.summary(conn, resolved, self.review_below),
+                pages.page_views(conn, resolved),
+            )
+
+        return await self._tx.read(tx)
+
+    async def page_summaries(self, document_ids: list[str]) -> dict[str, PageSummary]:
+        """The page summary of each of these versions that has pages (by full id):
+        two grouped statements, cheap enough for every row of a list."""
+        return await self._tx.read(
+            lambda conn: pages.summaries(conn, document_ids, self.review_below)
+        )
+
     # -------------------------------------------------------------- versions
 
     async def versions(self, document_id: str) -> list[DocumentView]:
@@ -453,9 +482,11 @@ def _folded_sqlite(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
     return f"{SQLITE_FOLD_FUNCTION}({compiler.process(element.clauses, **kw)})"
 
 
-def term_clause(term: Term) -> ColumnElement[bool]:
+def term_clause(term: Term, review_below: float = DEFAULT_OCR_REVIEW_BELOW) -> ColumnElement[bool]:
     """SQL for one filter term; NULLs are coalesced so negation means what
-    :meth:`Term.matches` means, and text is case-folded as it folds it."""
+    :meth:`Term.matches` means, and text is case-folded as it folds it. The page
+    terms (``ocr:``, ``pages:``) are an EXISTS on the task's version's page record,
+    judged against ``review_below`` (Settings.ocr_review_below)."""
     # Stored folded (documents.filename_folded): no fold call per row and term.
     name = func.coalesce(DOCUMENTS.c.filename_folded, "")
     code = func.coalesce(TASKS.c.error_code, "")
@@ -483,6 +514,21 @@ def term_clause(term: Term) -> ColumnElement[bool]:
         clause = name.contains(fold(value), autoescape=True)
     elif term.field == "id":
         clause = TASKS.c.id.startswith(value.lower(), autoescape=True)
+    elif term.field in PAGE_FIELDS:
+        clause = pages.has_page(TASKS.c.document_id, page_condition(term, review_below))
     else:
         clause = TASKS.c.document_id.startswith(value.lower(), autoescape=True)
     return ~clause if term.negate else clause
+
+
+def page_condition(term: Term, review_below: float) -> ColumnElement[bool]:
+    """The page a page term asks for (see core.filters.PAGE_TERMS)."""
+    decision = pages.P.decision
+    wanted = {
+        ("ocr", "any"): decision == PageDecision.OCR.value,
+        ("ocr", "low"): pages.low(review_below),
+        ("ocr", "empty"): decision == PageDecision.OCR_EMPTY.value,
+        ("pages", "skipped"): decision == PageDecision.SKIPPED.value,
+        ("pages", "flagged"): pages.flagging(review_below),
+    }
+    return wanted[(str(term.field), term.value)]

@@ -12,8 +12,8 @@ from io import BytesIO
 from typing import TYPE_CHECKING
 
 from core.ingest.chunker import Location
-from core.ingest.formats.base import Extracted, Format, Prose
-from core.states import DocumentKind, ErrorCode
+from core.ingest.formats.base import Extracted, Format, PageReading, Prose
+from core.states import DocumentKind, ErrorCode, PageDecision
 
 if TYPE_CHECKING:
     from core.ingest.formats.base import ParseOptions
@@ -32,6 +32,8 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
     for number, text in enumerate(pages, start=1):
         out.units = number
         out.blocks.append(Prose(text, Location(page=number)))
+        # Every page is read from its text layer until OCR decides per page (i20-ocr).
+        out.readings.append(PageReading(number, PageDecision.TEXT, len(text)))
     if out.units == 0:
         raise ParseFailure(ErrorCode.EMPTY_DOCUMENT, "PDF has no pages")
     return out
