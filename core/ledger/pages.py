@@ -39,6 +39,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from core.errors import ERROR_DETAIL_MAX
+from core.filters import Term
 from core.ledger.prepared import Prepared
 from core.ledger.schema import DOCUMENT_PAGES
 from core.states import PageDecision
@@ -348,3 +349,16 @@ def summary(conn: Connection, document_id: str, review_below: float) -> PageSumm
     return summaries(conn, [document_id], review_below).get(
         document_id, PageSummary(review_below=review_below)
     )
+
+
+def term_condition(term: Term, review_below: float) -> ColumnElement[bool]:
+    """The page a filter's page term asks for (see core.filters.PAGE_TERMS)."""
+    decision = P.decision
+    wanted = {
+        ("ocr", "any"): decision == PageDecision.OCR.value,
+        ("ocr", "low"): low(review_below),
+        ("ocr", "empty"): decision == PageDecision.OCR_EMPTY.value,
+        ("pages", "skipped"): decision == PageDecision.SKIPPED.value,
+        ("pages", "flagged"): flagging(review_below),
+    }
+    return wanted[(str(term.field), term.value)]

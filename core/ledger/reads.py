@@ -44,7 +44,7 @@ from core.ledger.views import (
     TaskPosition,
     TaskView,
 )
-from core.states import DocumentStatus, ErrorCode, PageDecision, Stage, TaskStatus
+from core.states import DocumentStatus, ErrorCode, Stage, TaskStatus
 
 FEED_LIMIT = 5000  # tasks per "what changed since R" answer
 # How a statement with a filter in it runs: outside SQLAlchemy's compiled cache. Each
@@ -515,20 +515,7 @@ def term_clause(term: Term, review_below: float = DEFAULT_OCR_REVIEW_BELOW) -> C
     elif term.field == "id":
         clause = TASKS.c.id.startswith(value.lower(), autoescape=True)
     elif term.field in PAGE_FIELDS:
-        clause = pages.has_page(TASKS.c.document_id, page_condition(term, review_below))
+        clause = pages.has_page(TASKS.c.document_id, pages.term_condition(term, review_below))
     else:
         clause = TASKS.c.document_id.startswith(value.lower(), autoescape=True)
     return ~clause if term.negate else clause
-
-
-def page_condition(term: Term, review_below: float) -> ColumnElement[bool]:
-    """The page a page term asks for (see core.filters.PAGE_TERMS)."""
-    decision = pages.P.decision
-    wanted = {
-        ("ocr", "any"): decision == PageDecision.OCR.value,
-        ("ocr", "low"): pages.low(review_below),
-        ("ocr", "empty"): decision == PageDecision.OCR_EMPTY.value,
-        ("pages", "skipped"): decision == PageDecision.SKIPPED.value,
-        ("pages", "flagged"): pages.flagging(review_below),
-    }
-    return wanted[(str(term.field), term.value)]
