@@ -51,9 +51,21 @@ async def cmd_submit(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
 
 
 async def cmd_documents(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    """``ingestdesk documents``: documents, optionally of one status."""
+    """``ingestdesk documents``: documents, optionally of one status; a version flagged
+    for review (core.ledger.pages) says why on its line."""
     docs = await ledger.reads.list_documents(status=args.status, limit=args.limit)
-    out.emit([d.to_dict() for d in docs], [document_line(d) for d in docs] or ["no documents"])
+    # Why a version is flagged for review, beside it (two grouped reads for the list).
+    summaries = await ledger.reads.page_summaries([d.document_id for d in docs])
+    flags = {d: p.reason for d, p in summaries.items() if p.flagged}
+    out.emit(
+        [d.to_dict() | {"review_flag": flags.get(d.document_id)} for d in docs],
+        [
+            document_line(d)
+            + (f"  flagged: {flags[d.document_id]}" if d.document_id in flags else "")
+            for d in docs
+        ]
+        or ["no documents"],
+    )
 
 
 async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:

@@ -414,3 +414,18 @@ async def test_a_ledger_from_before_pages_were_recorded_gains_the_table(tmp_path
         assert (await ledger.reads.pages(old.document_id))[1] == []  # none recorded then
         new = await finished(ledger, scan(), "new.pdf")
         assert len((await ledger.reads.pages(new.document_id))[1]) == 10
+
+
+async def test_the_documents_list_says_why_a_version_is_flagged(
+    ledger: Ledger, settings: Settings
+) -> None:
+    low = await finished(ledger, scan(), "low.pdf")
+    clean = await finished(ledger, scan(low=()), "clean.pdf")
+    listed = cli(settings, "documents")
+    assert listed.returncode == 0, listed.stderr
+    [low_line] = [line for line in listed.stdout.splitlines() if low.document_id[:8] in line]
+    assert low_line.endswith(
+        "low.pdf  flagged: 3 pages read by OCR at confidence < 60: pages 4, 7, 9"
+    )
+    [clean_line] = [line for line in listed.stdout.splitlines() if clean.document_id[:8] in line]
+    assert clean_line.endswith("clean.pdf")
