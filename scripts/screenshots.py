@@ -217,6 +217,9 @@ async def shoot(out: Path, png: bool) -> list[Path]:
     return saved
 
 
+PNG_FONT = "DejaVu Sans Mono"  # Debian fonts-dejavu-core; any installed monospace face works
+
+
 def to_png(svgs: list[Path]) -> list[Path]:
     try:
         import cairosvg  # type: ignore[import-not-found,import-untyped,unused-ignore]
@@ -228,7 +231,14 @@ def to_png(svgs: list[Path]) -> list[Path]:
         png = svg.with_suffix(".png")
         # The same scale for every picture: an 80-column one is half as wide.
         width = 1600 if "80x24" not in svg.stem else 1600 * SMALL_SIZE[0] // SIZE[0]
-        cairosvg.svg2png(url=str(svg), write_to=str(png), output_width=width)
+        # The SVG asks for Fira Code (a web font fetched by a browser) and falls back to
+        # "monospace", which cairosvg resolves to a proportional face: bold words then
+        # overran the next cell ("empty_documentat parse"). A monospaced face that is
+        # installed where the script runs keeps every glyph in its cell.
+        text = svg.read_text(encoding="utf-8")
+        for asked in ('"Fira Code"', "Fira Code, monospace"):
+            text = text.replace(asked, f'"{PNG_FONT}"')
+        cairosvg.svg2png(bytestring=text.encode(), write_to=str(png), output_width=width)
         pngs.append(png)
     return pngs
 

@@ -16,12 +16,12 @@ def ledger_of(request: Request) -> Ledger:
     return ledger
 
 
-# Filtered reads run one at a time per server. A filter's statement is compiled afresh
-# (core.ledger.reads.UNCACHED): ~10 ms of CPU holding the GIL for a 32-term filter,
-# against ~3 ms for a whole unfiltered page. Four clients sending the largest filter
-# back to back kept four such compiles contending with every other request (bench.api:
-# a quiet GET's p99 x18.8); one at a time, they queue behind each other, not in front
-# of everyone (x7.2).
+# Filtered reads run one at a time per server. A filter's substring terms cannot use
+# an index, so each such read scans the tasks it pages through; one client sending the
+# largest filter back to back must not hold every ledger connection. (Its statement
+# costs ~0.5 ms to build and is compiled once: core.ledger.filter_sql. Built term by
+# term and compiled afresh, it cost ~13 ms of GIL-held CPU a request, and the hostile-
+# neighbour row of bench.api measured a quiet GET's p99 x7.2; now under x3.)
 FILTERED_READS_AT_ONCE = 1
 
 

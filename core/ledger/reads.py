@@ -17,6 +17,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from core.config import DEFAULT_OCR_REVIEW_BELOW
 from core.filters import COMPARISONS, PAGE_FIELDS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
 from core.ledger import pages, rows, version_reads
+from core.ledger.filter_sql import filter_clauses
 from core.ledger.pages import PageSummary, PageView
 from core.ledger.registry import WORKER_GONE_AFTER_S
 from core.ledger.review_diff import VersionDiff, diff_versions
@@ -47,26 +48,12 @@ from core.ledger.views import (
 from core.states import DocumentStatus, ErrorCode, Stage, TaskStatus
 
 FEED_LIMIT = 5000  # tasks per "what changed since R" answer
-# How a statement with a filter in it runs: outside SQLAlchemy's compiled cache. Each
-# filter's shape (which terms, in which order, how many) is a new cache key, so a
-# client sending distinct filters filled the engine's 500 entries with statements
-# that are never asked again, each as large as its filter, and never freed (32-term
-# filters: +75 MB for 300 of them). Compiling afresh costs less than caching did:
-# 300 distinct 32-term filters ran in 4.8 s uncached against 11.0 s cached (building
-# the cache key walks the whole statement too), memory flat. Bound parameters alone
-# cannot help: the values are bound already; it is the shape that varies.
-UNCACHED: dict[str, Any] = {"compiled_cache": None}
 
 UNREFERENCED_SLICE = 500  # object keys asked about per statement
 
 
-def _views(
-    conn: Connection, query: Select[Any], options: dict[str, Any] | None = None
-) -> list[TaskView]:
-    return [
-        TaskView.from_row(r, document_name=r.filename)
-        for r in conn.execute(query, execution_options=options or {})
-    ]
+def _views(conn: Connection, query: Select[Any]) -> list[TaskView]:
+    return [TaskView.from_row(r, document_name=r.filename) for r in conn.execute(query)]
 
 
 class Reads:
@@ -78,6 +65,11 @@ class Reads:
         self._tx = transactions
         # Settings.ocr_review_below: what ``ocr:low`` and the page flag judge by.
         self.review_below = review_below
+
+    def _term_clause(self, term: Term) -> ColumnElement[bool]:
+        """A term no group of core.ledger.filter_sql folds (the page terms), judged
+        against this ledger's review threshold."""
+        return term_clause(term, self.review_below)
 
     # ------------------------------------------------------------------ tasks
 
@@ -112,7 +104,7 @@ class Reads:
                 tuple_(TASKS.c.created_at, TASKS.c.id) < tuple_(before.created_at, before.task_id)
             )
         if filter:
-            query = query.where(*(term_clause(t, self.review_below) for t in filter.terms))
+            query = query.where(*filter_clauses(filter, self._term_clause))
         if status is not None:
             query = query.where(TASKS.c.status == TaskStatus(status).value)
         if error_code is not None:
@@ -122,8 +114,7 @@ class Reads:
         query = query.order_by(TASKS.c.created_at.desc(), TASKS.c.id.desc()).offset(offset)
         if limit is not None:
             query = query.limit(limit)
-        options = UNCACHED if filter else None
-        return await self._tx.read(lambda conn: _views(conn, query, options))
+        return await self._tx.read(lambda conn: _views(conn, query))
 
     async def reusable_result(self, key: str) -> ReusableResult | None:
         """The newest succeeded task with this processing key whose document still
@@ -230,12 +221,11 @@ class Reads:
         query = select(func.count()).select_from(
             TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
         )
-        options = UNCACHED if filter else {}
         if filter:
-            query = query.where(*(term_clause(t, self.review_below) for t in filter.terms))
+            query = query.where(*filter_clauses(filter, self._term_clause))
 
         def tx(conn: Connection) -> int:
-            return int(conn.execute(query, execution_options=options).scalar() or 0)
+            return int(conn.execute(query).scalar() or 0)
 
         return await self._tx.read(tx)
 

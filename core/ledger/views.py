@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from core.states import DocumentKind, DocumentStatus, ErrorCode, RequestState, Stage, TaskStatus
@@ -101,7 +101,10 @@ class TaskView(_View):
         )
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        # Field by field, not dataclasses.asdict: that deep-copies every value and was
+        # two thirds of an API page's time (0.3 ms a task, 30 ms for 100). Every field
+        # is immutable but options, which is copied.
+        out = {name: getattr(self, name) for name in _TASK_FIELDS}
         out["options"] = dict(self.options)
         return out
 
@@ -129,6 +132,9 @@ class TaskView(_View):
             revision=m["revision"],
             options=json.loads(m["options"] or "{}"),
         )
+
+
+_TASK_FIELDS = tuple(f.name for f in fields(TaskView))
 
 
 @dataclass(frozen=True)

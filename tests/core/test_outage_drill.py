@@ -2,8 +2,8 @@
 is for a failover, a restart or a minor upgrade: the API answers 503 (never a 500,
 ``/healthz`` included) while it is away and 200 once it is back, without a restart of
 its own; the command line says "try again" (exit 75), never "a bug"; and three
-``worker --loop`` processes ride the outage out and finish the batch, every document
-once, with nobody touching them.
+``worker --loop`` processes and the dashboard with its in-process workers ride the
+outage out and finish the batch, every document once, with nobody touching them.
 
 Each test starts its own server (:mod:`tests.pg_server`): the shared one is never
 stopped. Skipped with the reason where PostgreSQL is not installed; under CI=true it
@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -174,12 +177,102 @@ async def _chunk_check(settings: Settings) -> tuple[int, int, int]:
         await conn.close()
 
 
+DASHBOARD_WORKERS = 2
+
+
+class Dashboard:
+    """The real ``ingestdesk dashboard`` in a pseudo-terminal, with in-process workers.
+    A thread reads everything it draws (a terminal nobody reads would block it)."""
+
+    def __init__(self, settings: Settings) -> None:
+        env = dict(
+            os.environ,
+            INGESTDESK_DB=settings.db_url,
+            INGESTDESK_STORE=str(settings.store_root),
+            TERM="xterm-256color",
+        )
+        cli = [sys.executable, "-c", "from tui.cli import main; raise SystemExit(main())"]
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the dashboard, in the pseudo-terminal
+            os.chdir(REPO_ROOT)
+            os.execve(sys.executable, [*cli, "dashboard", "--workers", str(DASHBOARD_WORKERS)], env)
+        self.pid, self.fd = pid, fd
+        # The dashboard names its in-process workers after its pid (tui.app).
+        self.worker_prefix = f"tui{pid % 1000:03d}-"
+        self.shown = bytearray()
+        self.exit_code: int | None = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:  # the terminal closed: the dashboard exited
+                return
+            if not chunk:
+                return
+            self.shown += chunk
+
+    def alive(self) -> bool:
+        if self.exit_code is not None:
+            return False
+        done, status = os.waitpid(self.pid, os.WNOHANG)
+        if done:
+            self.exit_code = os.waitstatus_to_exitcode(status)
+            return False
+        return True
+
+    def quit(self) -> int | None:
+        """Press q; the exit code (None: still running after WAIT_S, then killed)."""
+        if self.alive():
+            os.write(self.fd, b"q")
+            deadline = time.monotonic() + WAIT_S
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        if self.alive():
+            os.kill(self.pid, 9)
+            os.waitpid(self.pid, 0)
+            return None
+        self._reader.join(timeout=WAIT_S)
+        os.close(self.fd)
+        return self.exit_code
+
+    def after_screen(self) -> str:
+        """What it printed after giving the terminal's screen back."""
+        shown = bytes(self.shown)
+        return shown[shown.rfind(b"\x1b[?1049l") :].decode(errors="replace")
+
+
+async def _workers_seen_since(settings: Settings, prefix: str, since: float) -> dict[str, bool]:
+    """The ledger's registered workers named ``prefix*``: whether each is running (not
+    stopped) with a heartbeat written after ``since``."""
+    conn = await asyncpg.connect(settings.db_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        rows = await conn.fetch(
+            "SELECT id, heartbeat_at, stopped_at FROM workers WHERE id LIKE $1", prefix + "%"
+        )
+        return {r["id"]: r["stopped_at"] is None and r["heartbeat_at"] > since for r in rows}
+    finally:
+        await conn.close()
+
+
+def workers_seen_since(settings: Settings, prefix: str, since: float) -> dict[str, bool]:
+    try:
+        return asyncio.run(_workers_seen_since(settings, prefix, since))
+    except (OSError, asyncpg.PostgresError):
+        return {}
+
+
 def test_three_looping_workers_ride_out_a_postgres_restart_mid_batch(
     pg_server: PgServer, tmp_path: Path
 ) -> None:
-    """The README's drill: `pg_ctl stop -m immediate` mid-batch for 10 s, then start.
-    All three workers exited 1 within 0.2 s of the stop, and nothing drained until a
-    person started new ones."""
+    """The README's drill: `pg_ctl stop -m immediate` mid-batch for 10 s, then start,
+    under three ``worker --loop`` processes and the dashboard with two in-process
+    workers. All three workers exited 1 within 0.2 s of the stop, and nothing drained
+    until a person started new ones; the dashboard's workers died with it. Now every
+    worker is still running afterwards, the dashboard's included (their heartbeats
+    written after the restart), and the dashboard quits cleanly."""
     settings = Settings(db_url=pg_server.url, store_root=tmp_path / "objects")
     asyncio.run(_seed(settings))
     logs = [tmp_path / f"worker-{i}.log" for i in range(DRILL_WORKERS)]
@@ -211,16 +304,36 @@ def test_three_looping_workers_ride_out_a_postgres_restart_mid_batch(
                     text=True,
                 )
             )
+    dashboard = Dashboard(settings)
+    quit_code: int | None = -1
     try:
         wait_for(lambda: counts(settings).get("succeeded", 0) >= 2, "the batch under way")
+        wait_for(
+            lambda: (
+                len(workers_seen_since(settings, dashboard.worker_prefix, 0.0)) == DASHBOARD_WORKERS
+            ),
+            "the dashboard's workers registered",
+        )
         before = counts(settings)
         pg_server.stop("immediate")
         time.sleep(DRILL_OUTAGE_S)
         pg_server.start()
+        restarted_at = time.time()
         wait_for(
             lambda: counts(settings).get("succeeded", 0) == DRILL_DOCUMENTS,
             "every document succeeded after the restart",
         )
+        # The dashboard's workers too are at work again, nobody having pressed ^r.
+        wait_for(
+            lambda: (
+                (seen := workers_seen_since(settings, dashboard.worker_prefix, restarted_at))
+                and len(seen) == DASHBOARD_WORKERS
+                and all(seen.values())
+            ),
+            "the dashboard's workers heartbeating after the restart",
+        )
+        assert dashboard.alive(), dashboard.after_screen()
+        quit_code = dashboard.quit()
         final = counts(settings)
         assert final == {"succeeded": DRILL_DOCUMENTS}, final  # none running, none failed
         with_chunks, twice, gaps = asyncio.run(_chunk_check(settings))
@@ -230,11 +343,16 @@ def test_three_looping_workers_ride_out_a_postgres_restart_mid_batch(
             (w.returncode, log.read_text()[-2000:]) for w, log in zip(workers, logs, strict=True)
         ]
     finally:
+        if quit_code == -1:  # failed before quitting: do not leave it running
+            dashboard.quit()
         for w in workers:
             if w.poll() is None:
                 w.terminate()
         for w in workers:
             w.wait(timeout=WAIT_S)
+    after = dashboard.after_screen()
+    assert quit_code == 0, after
+    assert "Traceback" not in after, after
     # Mid-batch: work was left when the server went away.
     assert before.get("succeeded", 0) < DRILL_DOCUMENTS, before
     # The JSON log lines (the summary at the end is text).

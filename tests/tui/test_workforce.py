@@ -26,9 +26,9 @@ import pytest
 
 from core import Ledger, Settings, TaskStatus
 from tests.hostile import make_pdf
+from tests.pg_server import PgServer, require_pg_binaries
 from tests.tui.conftest import wait_for
 from tests.tui.driving import POLL_S, dashboard, notes, screen_text
-from tests.tui.own_postgres import OwnPostgres
 from tui.app import LEDGER_DOWN_MARK, IngestDeskApp
 from tui.policy import refusal
 from tui.widgets.workers import UNREACHABLE_LINE, WorkersPanel
@@ -137,18 +137,18 @@ async def test_restart_is_refused_in_read_only_mode_in_the_one_wording(
 
 
 @pytest.fixture
-def own_postgres() -> Iterator[OwnPostgres]:
-    server = OwnPostgres()
+def own_postgres() -> Iterator[PgServer]:
+    server = PgServer(require_pg_binaries())
     server.start()
     try:
         yield server
     finally:
-        server.remove()
+        server.destroy()
 
 
 @pytest.mark.postgres
 async def test_a_ledger_outage_is_shown_and_the_work_resumes_after_it(
-    own_postgres: OwnPostgres, tmp_path: Path
+    own_postgres: PgServer, tmp_path: Path
 ) -> None:
     """PostgreSQL stops under two working in-process workers. Each is shown riding
     out the outage or stopped, in one clean line; the header says the ledger is
@@ -290,7 +290,7 @@ async def _mid_batch(env: dict[str, str]) -> bool:
 
 @pytest.mark.postgres
 def test_quitting_after_an_outage_prints_no_traceback(
-    own_postgres: OwnPostgres, tmp_path: Path
+    own_postgres: PgServer, tmp_path: Path
 ) -> None:
     """The real ``ingestdesk dashboard`` in a terminal, four workers mid-batch when
     PostgreSQL stops; q quits with exit code 0 and nothing after the screen is given
