@@ -8,16 +8,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, String, func, select, text, tuple_
+from sqlalchemy import ColumnElement, Select, func, select, text, tuple_
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.functions import FunctionElement
 
 from core.config import DEFAULT_OCR_REVIEW_BELOW
-from core.filters import COMPARISONS, PAGE_FIELDS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
+from core.filters import COMPARISONS, PAGE_FIELDS, TaskFilter, Term, fold
 from core.ledger import pages, rows, version_reads
-from core.ledger.filter_sql import filter_clauses
+from core.ledger.filter_sql import filter_clauses, folded
 from core.ledger.pages import PageSummary, PageView
 from core.ledger.registry import WORKER_GONE_AFTER_S
 from core.ledger.review_diff import VersionDiff, diff_versions
@@ -449,27 +446,6 @@ def unreferenced_objects(conn: Connection, keys: list[str]) -> list[str]:
             ).scalars()
         )
     return [key for key in keys if key not in used]
-
-
-class folded(FunctionElement[str]):
-    """SQL for :func:`core.filters.fold` of a text expression: the function the SQLite
-    ledger registers under that name (SQLite's ``lower()`` folds ASCII only), and
-    ``lower()`` elsewhere (PostgreSQL's follows the database's ctype, which under UTF-8
-    is the same simple mapping)."""
-
-    type = String()
-    inherit_cache = True
-    name = "folded"
-
-
-@compiles(folded)
-def _folded_lower(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"lower({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(folded, "sqlite")
-def _folded_sqlite(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"{SQLITE_FOLD_FUNCTION}({compiler.process(element.clauses, **kw)})"
 
 
 def term_clause(term: Term, review_below: float = DEFAULT_OCR_REVIEW_BELOW) -> ColumnElement[bool]:
