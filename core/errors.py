@@ -31,6 +31,11 @@ class Conflict(IngestDeskError):
     exit_code = 3
 
 
+class NeedsAcceptance(Conflict):
+    """That version is flagged for review (pages read by OCR at low confidence, or
+    skipped): publishing it needs the person to accept its pages as read."""
+
+
 class KeyReused(Conflict):
     """That idempotency key was used for a different request; use a new key."""
 

@@ -2,11 +2,18 @@
 dashboard's ``/`` bar.
 
     status:failed code:parse_error stage:embedding attempt:>1 worker:w1 name:report
-    !status:succeeded  quarterly
+    !status:succeeded  quarterly  ocr:low  pages:skipped
 
 Terms are AND-ed. ``field:value`` matches a field (``!`` in front negates);
 a bare word matches the document name, the task id prefix or the error code.
 ``attempt`` takes ``>``, ``>=``, ``<``, ``<=`` or ``=`` before its number.
+
+The page terms ask about the task's document version's page record
+(:mod:`core.ledger.pages`): ``ocr:any`` (a page read by OCR), ``ocr:low`` (an OCR page
+under the ledger's review threshold, ``ocr_review_below``), ``ocr:empty`` (a page OCR
+found nothing on), ``pages:skipped`` (a page skipped) and ``pages:flagged`` (what flags
+a version for review: ``ocr:low`` or ``pages:skipped``). A task row does not carry its
+pages, so only the ledger decides these (:attr:`TaskFilter.needs_ledger`).
 
 Names and worker ids match without regard to case, in every script: ``name:ärger``
 finds ``ÄRGER.txt``. A filter is decided twice, in SQL by the ledger (a list, a bulk
@@ -66,7 +73,13 @@ def _fold_char(ch: str) -> str:
     return lowered if len(lowered) == 1 else lowered[0]
 
 
-FIELDS = ("status", "code", "stage", "attempt", "worker", "name", "id", "document")
+# The page terms and the values each takes (see the module's docstring).
+PAGE_TERMS: dict[str, tuple[str, ...]] = {
+    "ocr": ("any", "low", "empty"),
+    "pages": ("skipped", "flagged"),
+}
+PAGE_FIELDS = frozenset(PAGE_TERMS)
+FIELDS = ("status", "code", "stage", "attempt", "worker", "name", "id", "document", *PAGE_TERMS)
 ALIASES = {"error": "code", "error_code": "code", "doc": "document", "task": "id"}
 COMPARISONS: dict[str, Callable[[int, int], bool]] = {
     ">=": operator.ge,
@@ -87,6 +100,11 @@ class Term:
     op: str = "="
 
     def matches(self, task: TaskView) -> bool:
+        """Whether ``task`` meets the term. A page term cannot be decided from a task
+        row (see :attr:`TaskFilter.needs_ledger`): it counts as met here, so a caller
+        deciding in memory keeps the task and asks the ledger."""
+        if self.field in PAGE_FIELDS:
+            return True
         return self._test(task) != self.negate
 
     def _test(self, task: TaskView) -> bool:
@@ -137,6 +155,12 @@ class TaskFilter:
 
     def __bool__(self) -> bool:
         return bool(self.terms)
+
+    @property
+    def needs_ledger(self) -> bool:
+        """Whether only the ledger can decide this filter (it has a page term):
+        :meth:`matches` cannot tell a changed task in from out."""
+        return any(t.field in PAGE_FIELDS for t in self.terms)
 
     @property
     def names_tasks(self) -> bool:
@@ -216,6 +240,8 @@ def _term(word: str) -> Term:
         choices = tuple(c.value for c in ErrorCode)
     elif field == "stage":
         choices = tuple(s.value for s in Stage)
+    elif field in PAGE_TERMS:
+        choices = PAGE_TERMS[field]
     if choices and value.lower() not in choices:
         raise BadInput(f"filter: {field} must be one of {', '.join(choices)}")
     if field == "attempt":

@@ -114,7 +114,17 @@ NO_DOCUMENT = {404: "no document has this id"}
 
 @router.get("/{document_id}", summary="One document", responses=responses(NO_DOCUMENT))
 async def get_document(request: Request, document_id: str, caller: Viewer) -> dict[str, Any]:
-    return (await ledger_of(request).reads.get_document(document_id)).to_dict()
+    """The version, its page summary with the review flag (``page_summary.flagged``
+    and its one-line ``reason``), and how each page was read (``pages``: page,
+    decision, chars, confidence, ocr_seconds, reason; empty for formats without
+    pages)."""
+    reads = ledger_of(request).reads
+    document = await reads.get_document(document_id)
+    summary, pages = await reads.pages(document.document_id)
+    return document.to_dict() | {
+        "page_summary": summary.to_dict(),
+        "pages": [p.to_dict() for p in pages],
+    }
 
 
 @router.post(

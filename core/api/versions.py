@@ -33,7 +33,8 @@ DECISION_ERRORS = responses(
     {
         404: "no such document",
         409: "the move is refused: the version is not in a state it can leave this way, "
-        "or (expect_version) it changed since you looked",
+        "(expect_version) it changed since you looked, or (publish, NeedsAcceptance) it "
+        "is flagged for review and accept_low_confidence was not given",
         422: "a missing reason, or a malformed request",
     }
 )
@@ -52,6 +53,12 @@ class PublishRequest(BaseModel):
         "changed since, publish is refused with 409",
     )
     reason: str | None = Field(None, description=REASON_HELP)
+    accept_low_confidence: bool | None = Field(
+        None,
+        description="publish a version flagged for review (pages read by OCR under the "
+        "ledger's confidence threshold, or skipped) as read; without it such a version "
+        "is refused with 409 NeedsAcceptance. The history records what was accepted",
+    )
 
 
 class ReasonRequest(BaseModel):
@@ -103,8 +110,11 @@ async def history(request: Request, document_id: str, caller: Viewer) -> list[di
 async def review(request: Request, document_id: str, caller: Viewer) -> dict[str, Any]:
     """Chunk and page counts before and after, and the lines of text added and
     removed (``published`` is null for a document's first version)."""
-    diff = await ledger_of(request).reads.review(document_id)
-    return dataclasses.asdict(diff)
+    reads = ledger_of(request).reads
+    diff = await reads.review(document_id)
+    summary, _ = await reads.pages(diff.candidate.document_id)
+    # The flag a publish would meet, beside what changed.
+    return dataclasses.asdict(diff) | {"page_summary": summary.to_dict()}
 
 
 @router.get("/api/review-queue", summary="Versions waiting for review, oldest first")
@@ -126,18 +136,28 @@ async def publish(
         Query(ge=1, le=ROW_VERSION_MAX, description="as the body's, for clients without a body"),
     ] = None,
     reason: QueryReason = None,
+    accept_low_confidence: Annotated[
+        bool | None, Query(description="as the body's, for clients without a body")
+    ] = None,
 ) -> dict[str, Any]:
     """review_pending (or withdrawn) → published; the document's previously published
-    version is retired in the same transaction, so search finds one or the other."""
-    document = await ledger_of(request).versions.publish(
+    version is retired in the same transaction, so search finds one or the other. A
+    version flagged for review is published only with ``accept_low_confidence``."""
+    ledger = ledger_of(request)
+    accept = either(
+        "accept_low_confidence", body.accept_low_confidence if body else None, accept_low_confidence
+    )
+    document = await ledger.versions.publish(
         document_id,
         actor=caller.name,
         expected_version=either(
             "expect_version", body.expect_version if body else None, expect_version
         ),
         reason=either("reason", body.reason if body else None, reason),
+        accept_low_confidence=bool(accept),
     )
-    return document.to_dict()
+    summary, _ = await ledger.reads.pages(document.document_id)
+    return document.to_dict() | {"page_summary": summary.to_dict()}
 
 
 ReasonBody = Annotated[ReasonRequest | None, Body()]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from core.cli.command import Command, on_ledger
 from core.cli.options import limit_argument, whole_number
 from core.cli.output import Output, document_line, task_line, when
+from core.cli.pages import page_lines
 from core.cli.uploads import idempotency_argument
 from core.errors import NotFound
 from core.states import ROW_VERSION_MAX, DocumentStatus
@@ -50,9 +51,21 @@ async def cmd_submit(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
 
 
 async def cmd_documents(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    """``ingestdesk documents``: documents, optionally of one status."""
+    """``ingestdesk documents``: documents, optionally of one status; a version flagged
+    for review (core.ledger.pages) says why on its line."""
     docs = await ledger.reads.list_documents(status=args.status, limit=args.limit)
-    out.emit([d.to_dict() for d in docs], [document_line(d) for d in docs] or ["no documents"])
+    # Why a version is flagged for review, beside it (two grouped reads for the list).
+    summaries = await ledger.reads.page_summaries([d.document_id for d in docs])
+    flags = {d: p.reason for d, p in summaries.items() if p.flagged}
+    out.emit(
+        [d.to_dict() | {"review_flag": flags.get(d.document_id)} for d in docs],
+        [
+            document_line(d)
+            + (f"  flagged: {flags[d.document_id]}" if d.document_id in flags else "")
+            for d in docs
+        ]
+        or ["no documents"],
+    )
 
 
 async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
@@ -69,8 +82,11 @@ async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) ->
     tasks = await ledger.reads.list_tasks(document_id=doc.document_id, limit=None)
     versions = await ledger.reads.versions(doc.document_id)
     history = await ledger.reads.document_history(doc.document_id)
+    summary, pages = await ledger.reads.pages(doc.document_id)
     value = doc.to_dict() | {
         "deleted": False,
+        "page_summary": summary.to_dict(),
+        "pages": [p.to_dict() for p in pages],
         "tasks": [t.to_dict() for t in tasks],
         "versions": [v.to_dict() for v in versions],
         "history": [e.to_dict() for e in history],
@@ -81,6 +97,7 @@ async def cmd_document(ledger: Ledger, args: argparse.Namespace, out: Output) ->
         f"name      {doc.filename}",
         f"status    {doc.status.value} (row version {doc.version})",
         f"kind      {doc.kind.value}, {doc.size} bytes, sha256 {doc.sha256}",
+        *page_lines(summary, pages),
         "tasks:",
         *(f"  {task_line(t)}" for t in tasks),
         "versions:",
@@ -181,11 +198,15 @@ async def cmd_publish(ledger: Ledger, args: argparse.Namespace, out: Output) -> 
         actor=args.actor,
         expected_version=args.expect_version,
         reason=args.reason,
+        accept_low_confidence=args.accept_low_confidence,
     )
+    summary, _ = await ledger.reads.pages(doc.document_id)
+    accepted = f"; accepted: {summary.reason}" if summary.flagged else ""
     out.emit(
-        doc.to_dict(),
+        doc.to_dict() | {"page_summary": summary.to_dict()},
         f"published document={doc.family_id} version=v{doc.version_no} ({doc.document_id}) "
-        f"name={doc.filename}: search finds this version now{_acted_on(args.document_id, doc)}",
+        f"name={doc.filename}: search finds this version now{_acted_on(args.document_id, doc)}"
+        f"{accepted}",
     )
 
 
@@ -298,6 +319,13 @@ def _publish(parser: argparse.ArgumentParser) -> None:
         "version changed since",
     )
     parser.add_argument("--reason", help="why, for the document's history")
+    parser.add_argument(
+        "--accept-low-confidence",
+        action="store_true",
+        help="publish a version flagged for review (pages read by OCR under the "
+        "confidence threshold, or skipped) as read; without it such a version is "
+        "refused (exit 3). The history records what was accepted",
+    )
 
 
 def _reason_required(parser: argparse.ArgumentParser) -> None:
@@ -341,7 +369,7 @@ DOCUMENTS = Command(
 )
 DOCUMENT = Command(
     "document",
-    "one document: its row version, tasks, versions and history",
+    "one document: its row version, pages and their review flag, tasks, versions, history",
     on_ledger(cmd_document, create=False),
     _document_id,
 )

@@ -347,7 +347,9 @@ class Pipeline:
             for c, v in zip(chunks, vectors, strict=True)
         ]
         options["result_sha256"] = result_checksum(records)
-        if not await ledger.queue.finish(claim, records, options=options):
+        # The page record goes in the same transaction: the pages a reviewer sees are
+        # those of the chunks search would serve.
+        if not await ledger.queue.finish(claim, records, readings=parsed.readings, options=options):
             raise TaskLost
         say(f"succeeded task={claim.task_id[:8]} chunks={total}")
         return Outcome(claim.task_id, "succeeded")
@@ -374,7 +376,9 @@ class Pipeline:
             checksum = result_checksum(records)
             if len(records) == found.chunks and checksum == found.result_sha256:
                 options |= {"reused_from": found.task_id, "result_sha256": checksum}
-                if not await queue.finish(claim, records, options=options):
+                # The same bytes read the same way: the pages are copied with the chunks.
+                _, readings = await self.ledger.reads.pages(found.document_id)
+                if not await queue.finish(claim, records, readings=readings, options=options):
                     raise TaskLost
                 say(
                     f"succeeded task={claim.task_id[:8]} chunks={len(records)} "

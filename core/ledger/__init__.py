@@ -89,12 +89,14 @@ class Ledger:
         self.transactions = transactions
         self.settings = settings
         self.clock = clock
-        self.reads = Reads(transactions)
+        self.reads = Reads(transactions, review_below=settings.ocr_review_below)
         self.queue = WorkQueue(transactions, settings, clock)
         self.operator = Operator(
             transactions, settings, ObjectStore(settings.store_root), self.reads, clock, ids
         )
-        self.versions = Versions(transactions, self.operator, clock)
+        self.versions = Versions(
+            transactions, self.operator, clock, review_below=settings.ocr_review_below
+        )
         self.registry = WorkerRegistry(transactions, clock)
         self.tokens = TokenRegistry(transactions, clock, ids)
         self.idempotency = IdempotencyKeys(transactions, clock)

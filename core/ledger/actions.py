@@ -24,6 +24,7 @@ from core.filters import TaskFilter
 from core.intake import check_upload, display_name, read_upload
 from core.ledger import idempotency, rows, version_reads
 from core.ledger.idempotency import Once
+from core.ledger.pages import drop_pages
 from core.ledger.reads import Reads
 from core.ledger.schema import CANCELLABLE_SQL, DOCUMENT_EVENTS, DOCUMENTS, OUTBOX, TASKS
 from core.ledger.statements import DELETE_CHUNKS, TASK_COLUMNS, next_revision, wake_waiters_of
@@ -370,6 +371,7 @@ class Operator:
             )
             # A draft never keeps a half-built index from the abandoned run.
             DELETE_CHUNKS.rowcount(conn, {"p_document_id": row.document_id})
+            drop_pages(conn, [row.document_id])
             rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
             return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))
 

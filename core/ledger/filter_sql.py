@@ -35,7 +35,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.util import LRUCache
 
-from core.filters import TaskFilter, Term, fold
+from core.filters import SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
 from core.ledger.schema import DOCUMENTS, TASKS
 
 # Filtered statements are compiled into a cache of their own: a client cycling through
@@ -71,6 +71,27 @@ def _json_values_sqlite(element: json_values, compiler: SQLCompiler, **kw: Any) 
     return f"json_each({compiler.process(element.clauses, **kw)})"
 
 
+class folded(FunctionElement[str]):
+    """SQL for :func:`core.filters.fold` of a text expression: the function the SQLite
+    ledger registers under that name (SQLite's ``lower()`` folds ASCII only), and
+    ``lower()`` elsewhere (PostgreSQL's follows the database's ctype, which under UTF-8
+    is the same simple mapping)."""
+
+    type = String()
+    inherit_cache = True
+    name = "folded"
+
+
+@compiles(folded)
+def _folded_lower(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"lower({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(folded, "sqlite")
+def _folded_sqlite(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"{SQLITE_FOLD_FUNCTION}({compiler.process(element.clauses, **kw)})"
+
+
 def _escaped(value: str) -> str:
     """``value`` with LIKE's wildcards taken literally."""
     e = LIKE_ESCAPE
@@ -99,8 +120,6 @@ def _bare(v: ColumnElement[str]) -> ColumnElement[bool]:
 
 
 def _worker(v: ColumnElement[str]) -> ColumnElement[bool]:
-    from core.ledger.reads import folded
-
     return _contains(folded(func.coalesce(TASKS.c.worker_id, "")))(v)
 
 

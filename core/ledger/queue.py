@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 from core.config import Settings
 from core.errors import ERROR_DETAIL_MAX, BadInput, ClaimBug
 from core.ledger import rows
+from core.ledger.pages import PageLike, drop_pages, replace_pages
 from core.ledger.provider_requests import (
     request_goes_on,
     request_in_flight,
@@ -237,12 +238,15 @@ class WorkQueue:
         claim: Claim,
         chunks: Sequence[ChunkRecord],
         *,
+        readings: Sequence[PageLike] = (),
         options: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Index and finalize in ONE transaction: replace the document's chunks,
-        task → succeeded, document → review_pending. Fenced on the claim, so a
-        cancel lands wholly before (nothing written) or after (it deletes the
-        chunks). False, with nothing written, if the worker lost the task."""
+        """Index and finalize in ONE transaction: replace the document's chunks and
+        its page record (``readings``: how each page was read, see
+        :mod:`core.ledger.pages`), task → succeeded, document → review_pending.
+        Fenced on the claim, so a cancel lands wholly before (nothing written) or
+        after (it deletes the chunks and pages). False, with nothing written, if the
+        worker lost the task."""
         now = self.clock()
         params = held_params(claim) | {
             "p_now": now,
@@ -257,6 +261,7 @@ class WorkQueue:
                 return False
             wake_waiters(conn, found[0].processing_key, now, ended=claim.task_id)
             _replace_chunks(conn, claim.document_id, chunks)
+            replace_pages(conn, claim.document_id, readings)
             rows.move_document(
                 conn,
                 claim.document_id,
@@ -336,6 +341,7 @@ class WorkQueue:
             # An unfinished attempt leaves no chunks (ledgers written before finish()
             # wrote chunks in a separate transaction could hold some).
             DELETE_CHUNKS.rowcount(conn, {"p_document_id": claim.document_id})
+            drop_pages(conn, [claim.document_id])
             if not retry:
                 rows.move_document(
                     conn,
@@ -497,6 +503,7 @@ class WorkQueue:
             found: Sequence[Row[Any]] = conn.execute(statement).all()
             for r in found:  # a vanished worker's unfinished attempt leaves no chunks
                 DELETE_CHUNKS.rowcount(conn, {"p_document_id": r.document_id})
+                drop_pages(conn, [r.document_id])
                 wake_waiters_of(conn, r.id, r.attempt, r.processing_key, now)
             failed_docs = [r.document_id for r in found if r.status == TaskStatus.FAILED.value]
             if failed_docs:

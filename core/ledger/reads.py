@@ -8,15 +8,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, String, func, select, text, tuple_
+from sqlalchemy import ColumnElement, Select, func, select, text, tuple_
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.functions import FunctionElement
 
-from core.filters import COMPARISONS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
-from core.ledger import rows, version_reads
-from core.ledger.filter_sql import FILTERED, filter_clauses
+from core.config import DEFAULT_OCR_REVIEW_BELOW
+from core.filters import COMPARISONS, PAGE_FIELDS, TaskFilter, Term, fold
+from core.ledger import pages, rows, version_reads
+from core.ledger.filter_sql import FILTERED, filter_clauses, folded
+from core.ledger.pages import PageSummary, PageView
 from core.ledger.registry import WORKER_GONE_AFTER_S
 from core.ledger.review_diff import VersionDiff, diff_versions
 from core.ledger.schema import (
@@ -62,8 +61,17 @@ def _views(
 class Reads:
     """Questions about the ledger's current state."""
 
-    def __init__(self, transactions: Transactions) -> None:
+    def __init__(
+        self, transactions: Transactions, *, review_below: float = DEFAULT_OCR_REVIEW_BELOW
+    ) -> None:
         self._tx = transactions
+        # Settings.ocr_review_below: what ``ocr:low`` and the page flag judge by.
+        self.review_below = review_below
+
+    def _term_clause(self, term: Term) -> ColumnElement[bool]:
+        """A term no group of core.ledger.filter_sql folds (the page terms), judged
+        against this ledger's review threshold."""
+        return term_clause(term, self.review_below)
 
     # ------------------------------------------------------------------ tasks
 
@@ -98,7 +106,7 @@ class Reads:
                 tuple_(TASKS.c.created_at, TASKS.c.id) < tuple_(before.created_at, before.task_id)
             )
         if filter:
-            query = query.where(*filter_clauses(filter, term_clause))
+            query = query.where(*filter_clauses(filter, self._term_clause))
         if status is not None:
             query = query.where(TASKS.c.status == TaskStatus(status).value)
         if error_code is not None:
@@ -218,7 +226,7 @@ class Reads:
         )
         options = FILTERED if filter else {}
         if filter:
-            query = query.where(*filter_clauses(filter, term_clause))
+            query = query.where(*filter_clauses(filter, self._term_clause))
 
         def tx(conn: Connection) -> int:
             return int(conn.execute(query, execution_options=options).scalar() or 0)
@@ -336,6 +344,29 @@ class Reads:
 
         return await self._tx.read(tx)
 
+    # ----------------------------------------------------------------- pages
+
+    async def pages(self, document_id: str) -> tuple[PageSummary, list[PageView]]:
+        """How each page of the version ``document_id`` names was read, in page order,
+        with their summary and review flag, in one snapshot (no pages: the format has
+        none, or the version keeps no chunks). See :mod:`core.ledger.pages`."""
+
+        def tx(conn: Connection) -> tuple[PageSummary, list[PageView]]:
+            resolved = rows.resolve_id(conn, DOCUMENTS, document_id, "document")
+            return (
+                pages.summary(conn, resolved, self.review_below),
+                pages.page_views(conn, resolved),
+            )
+
+        return await self._tx.read(tx)
+
+    async def page_summaries(self, document_ids: list[str]) -> dict[str, PageSummary]:
+        """The page summary of each of these versions that has pages (by full id):
+        two grouped statements, cheap enough for every row of a list."""
+        return await self._tx.read(
+            lambda conn: pages.summaries(conn, document_ids, self.review_below)
+        )
+
     # -------------------------------------------------------------- versions
 
     async def versions(self, document_id: str) -> list[DocumentView]:
@@ -424,30 +455,11 @@ def unreferenced_objects(conn: Connection, keys: list[str]) -> list[str]:
     return [key for key in keys if key not in used]
 
 
-class folded(FunctionElement[str]):
-    """SQL for :func:`core.filters.fold` of a text expression: the function the SQLite
-    ledger registers under that name (SQLite's ``lower()`` folds ASCII only), and
-    ``lower()`` elsewhere (PostgreSQL's follows the database's ctype, which under UTF-8
-    is the same simple mapping)."""
-
-    type = String()
-    inherit_cache = True
-    name = "folded"
-
-
-@compiles(folded)
-def _folded_lower(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"lower({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(folded, "sqlite")
-def _folded_sqlite(element: folded, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"{SQLITE_FOLD_FUNCTION}({compiler.process(element.clauses, **kw)})"
-
-
-def term_clause(term: Term) -> ColumnElement[bool]:
+def term_clause(term: Term, review_below: float = DEFAULT_OCR_REVIEW_BELOW) -> ColumnElement[bool]:
     """SQL for one filter term; NULLs are coalesced so negation means what
-    :meth:`Term.matches` means, and text is case-folded as it folds it."""
+    :meth:`Term.matches` means, and text is case-folded as it folds it. The page
+    terms (``ocr:``, ``pages:``) are an EXISTS on the task's version's page record,
+    judged against ``review_below`` (Settings.ocr_review_below)."""
     # Stored folded (documents.filename_folded): no fold call per row and term.
     name = func.coalesce(DOCUMENTS.c.filename_folded, "")
     code = func.coalesce(TASKS.c.error_code, "")
@@ -475,6 +487,8 @@ def term_clause(term: Term) -> ColumnElement[bool]:
         clause = name.contains(fold(value), autoescape=True)
     elif term.field == "id":
         clause = TASKS.c.id.startswith(value.lower(), autoescape=True)
+    elif term.field in PAGE_FIELDS:
+        clause = pages.has_page(TASKS.c.document_id, pages.term_condition(term, review_below))
     else:
         clause = TASKS.c.document_id.startswith(value.lower(), autoescape=True)
     return ~clause if term.negate else clause

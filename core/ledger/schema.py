@@ -17,6 +17,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -161,6 +162,30 @@ CHUNKS = Table(
     # page says it all. See core.ingest.chunker.Location.
     Column("location", Text, nullable=True),
     UniqueConstraint("document_id", "ordinal"),
+)
+
+
+# How each page of a version was read (core.states.PageDecision), written with its
+# chunks when its task finishes and dropped wherever they are: the record a person
+# reviews before trusting a scanned document's text. Formats without pages have none.
+DOCUMENT_PAGES = Table(
+    "document_pages",
+    METADATA,
+    Column(
+        "document_id", String(32), ForeignKey("documents.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("page", Integer, nullable=False),
+    Column("decision", String(16), nullable=False),
+    Column("chars", Integer, nullable=False),
+    # The OCR engine's mean word confidence, 0-100; NULL unless the page was OCR'd.
+    Column("confidence", Float, nullable=True),
+    Column("ocr_seconds", Float, nullable=False),
+    Column("reason", String(500), nullable=True),
+    PrimaryKeyConstraint("document_id", "page"),
+    # The filters' EXISTS (ocr:low, pages:skipped) and the per-document summary seek
+    # a version's pages by decision, then confidence: a 500-page text document is
+    # skipped past in one seek rather than read page by page.
+    Index("ix_document_pages_review", "document_id", "decision", "confidence"),
 )
 
 

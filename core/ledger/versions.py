@@ -23,8 +23,9 @@ from typing import Any
 from sqlalchemy import Row, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
-from core.errors import BadInput, Conflict
-from core.ledger import rows, version_reads
+from core.config import DEFAULT_OCR_REVIEW_BELOW
+from core.errors import BadInput, Conflict, NeedsAcceptance
+from core.ledger import pages, rows, version_reads
 from core.ledger.actions import Operator, history_reason
 from core.ledger.schema import CHUNKS, DOCUMENTS, IDEMPOTENCY_KEYS, TASKS
 from core.ledger.transactions import Transactions
@@ -49,8 +50,10 @@ def _reason(reason: str | None, *, needed: str | None = None) -> str | None:
 
 
 def _delete_chunks(conn: Connection, document_ids: Sequence[str]) -> None:
+    """Drop these versions' chunks and, with them, their page record."""
     if document_ids:
         conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id.in_(list(document_ids))))
+        pages.drop_pages(conn, document_ids)
 
 
 class Versions:
@@ -62,10 +65,15 @@ class Versions:
         transactions: Transactions,
         operator: Operator,
         clock: Callable[[], float],
+        *,
+        review_below: float = DEFAULT_OCR_REVIEW_BELOW,
     ) -> None:
         self._tx = transactions
         self._operator = operator
         self.clock = clock
+        # Settings.ocr_review_below: the OCR confidence under which a page flags its
+        # version (see core.ledger.pages).
+        self.review_below = review_below
 
     async def replace(
         self, document_id: str, data: Original, name: str, *, actor: str = "system"
@@ -122,9 +130,14 @@ class Versions:
         actor: str = "system",
         expected_version: int | None = None,
         reason: str | None = None,
+        accept_low_confidence: bool = False,
     ) -> DocumentView:
         """A person approves a version: review_pending (or withdrawn) → published, and
         the document's previously published version → retired, in one transaction.
+
+        A version flagged for review (:mod:`core.ledger.pages`: a page read by OCR
+        under the confidence threshold, or skipped) is published only with
+        ``accept_low_confidence``, and the history says what was accepted.
 
         Which version: the one ``document_id`` names if it may be published; for the
         document's name (its first version's id) whose first version may not, the
@@ -137,6 +150,8 @@ class Versions:
             Conflict: no version of the document (or not exactly one) may be
                 published, or (``expected_version``) it changed since the reviewer
                 looked.
+            NeedsAcceptance: the version is flagged and ``accept_low_confidence``
+                was not given (a Conflict: nothing changed).
         """
         check_identifier(actor, "actor")
         why = _reason(reason)
@@ -157,6 +172,13 @@ class Versions:
                 raise Conflict(
                     f"{describe(before, acting.family)} is {before.status}, but {going_back(newer)}"
                 )
+            flag = pages.summary(conn, before.id, self.review_below)
+            if flag.flagged and not accept_low_confidence:
+                raise NeedsAcceptance(
+                    f"{describe(before, acting.family)} is flagged for review: {flag.reason}; "
+                    "check those pages, then publish accepting them (--accept-low-confidence)"
+                )
+            accepted = f"accepted as read: {flag.reason}" if flag.flagged else None
             statement = (
                 update(DOCUMENTS)
                 .where(D.id == before.id)
@@ -199,7 +221,7 @@ class Versions:
                 at=now,
                 from_status=before.status,
                 to_status=row.status,
-                reason=why,
+                reason=history_reason("; ".join(r for r in (why, accepted) if r) or None),
             )
             return DocumentView.from_row(row)
 

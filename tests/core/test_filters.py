@@ -346,6 +346,7 @@ async def test_a_ledger_from_before_stored_folded_names_is_filled_when_opened(
     await ledger.close()
     # The ledger as 0011 left it: no folded names.
     with sqlite3.connect(tmp_path / "ledger.db") as raw:
+        raw.execute("DROP TABLE document_pages")  # (0013, after it)
         raw.execute("ALTER TABLE documents DROP COLUMN filename_folded")
         raw.execute("UPDATE alembic_version SET version_num = '0011'")
 

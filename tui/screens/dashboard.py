@@ -21,7 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Header, RichLog
 
-from core import BadInput, Operator, TaskView, visible
+from core import BadInput, Operator, TaskStatus, TaskView, visible
 from tui import policy
 from tui.desk import Desk, desk_of
 from tui.filtering import TaskQuery, parse_query, status_query
@@ -187,8 +187,21 @@ class DashboardScreen(Screen[None]):
 
     def on_ledger_changed(self, message: LedgerChanged) -> None:
         desk, now = self.desk, message.now
-        table = self.table
-        table.apply(message.tasks, self.query_filter.matches, now)
+        table, query = self.table, self.query_filter
+        if query.filter.needs_ledger:
+            # A page term (ocr:low): a task row does not carry its document's pages,
+            # so only the ledger can say whether a task belongs. Rows shown are
+            # updated in place, and a task that succeeded (the one write recording
+            # pages) and is not shown reloads the window from the ledger.
+            shown = [t for t in message.tasks if t.task_id in table.tasks]
+            table.apply(shown, lambda _task: True, now)
+            if any(
+                t.status is TaskStatus.SUCCEEDED and t.task_id not in table.tasks
+                for t in message.tasks
+            ):
+                self.reload_window()
+        else:
+            table.apply(message.tasks, query.matches, now)
         tick = time.monotonic()
         if tick - self._rows_refreshed_at >= ROWS_REFRESH_S:
             table.refresh_rows(now)

@@ -1,6 +1,8 @@
-"""One document: which version this is, every version of the document, its history
-(uploads, publishes, rejects, retirements, with actor and reason) and, opened from a
-search hit, the chunk that matched.
+"""One document: which version this is, how each of its pages was read (text layer,
+OCR and its confidence, skipped and why; runs of alike pages on one row) and whether
+that flags it for review, every version of the document, its history (uploads,
+publishes, rejects, retirements, with actor and reason) and, opened from a search
+hit, the chunk that matched.
 
 Read-only by design: the decisions on versions are the review desk's. Names, actors,
 reasons and chunk text are escaped (:func:`core.visible`) into
@@ -23,15 +25,17 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
 from core import DocumentStatus, DocumentView, NotFound, SearchHit, visible
-from core.states import DOCUMENT_MEANING
+from core.states import DOCUMENT_MEANING, PageDecision
 from tui.desk import Desk, desk_of
 from tui.format import HIT_STYLE, failure_line, plain, shorten, snippet_text, when
 from tui.widgets.footer import WholeKeysFooter
 
 if TYPE_CHECKING:
+    from core.ledger.pages import PageSummary, PageView
     from core.ledger.views import DocumentEventView
 
 CHUNK_SHOWN_CHARS = 1200  # characters of the hit's chunk shown
+FLAG_STYLE = "bold red"
 
 
 class DocumentScreen(Screen[None]):
@@ -59,11 +63,24 @@ class DocumentScreen(Screen[None]):
             yield Static("loading…", id="document-fields")
             if self.hit is not None:
                 yield Static("", id="document-chunk")
+            yield DataTable(id="document-pages", cursor_type="row", zebra_stripes=True)
             yield DataTable(id="document-versions", cursor_type="row", zebra_stripes=True)
             yield DataTable(id="document-history", cursor_type="row", zebra_stripes=True)
         yield WholeKeysFooter()
 
     def on_mount(self) -> None:
+        pages = self.query_one("#document-pages", DataTable)
+        pages.border_title = "Pages"
+        pages.display = False  # until the version is known to have pages
+        for key, label in (
+            ("pages", "Pages"),
+            ("decision", "Read by"),
+            ("chars", "Chars"),
+            ("confidence", "Confidence"),
+            ("ocr", "OCR s"),
+            ("reason", "Why"),
+        ):
+            pages.add_column(label, key=key)
         versions = self.query_one("#document-versions", DataTable)
         versions.border_title = "Versions"
         for key, label in (
@@ -108,11 +125,13 @@ class DocumentScreen(Screen[None]):
             except NotFound:
                 found = []  # deleted: its history outlives it, and is shown
             history = await reads.document_history(self.document_id)
+            this = next((v for v in found if v.document_id == self.document_id), None)
+            summary, pages = (None, []) if this is None else await reads.pages(this.document_id)
         except Exception as exc:  # never in the ledger, or unreadable
             self.query_one("#document-fields", Static).update(Text(failure_line(exc)))
             return
-        this = next((v for v in found if v.document_id == self.document_id), None)
-        self.query_one("#document-fields", Static).update(fields_table(this, found))
+        self.query_one("#document-fields", Static).update(fields_table(this, found, summary))
+        self._fill_pages(summary, pages)
         self._fill_versions(found)
         self._fill_history(history)
 
@@ -131,6 +150,31 @@ class DocumentScreen(Screen[None]):
             )
         if self.document_id in {v.document_id for v in found}:
             table.move_cursor(row=table.get_row_index(self.document_id), animate=False)
+
+    def _fill_pages(self, summary: PageSummary | None, pages: Sequence[PageView]) -> None:
+        from core.ledger.pages import page_runs
+
+        table = self.query_one("#document-pages", DataTable)
+        table.clear()
+        table.display = bool(pages)
+        if summary is None or not pages:
+            return
+        table.border_subtitle = f"{summary.pages} pages"
+        for run in page_runs(pages):
+            low = run.decision is PageDecision.OCR and (
+                run.confidence is None or run.confidence < summary.review_below
+            )
+            flagged = low or run.decision is PageDecision.SKIPPED
+            confidence = "" if run.confidence is None else f"{run.confidence:.1f}"
+            table.add_row(
+                Text(run.pages.removeprefix("pages ").removeprefix("page ")),
+                Text(run.decision.value, style=FLAG_STYLE if flagged else ""),
+                str(run.chars),
+                Text(confidence or ("?" if low else ""), style=FLAG_STYLE if low else ""),
+                f"{run.ocr_seconds:.1f}" if run.ocr_seconds else "",
+                Text(visible(run.reason or "")),
+                key=str(run.first),
+            )
 
     def _is_this(self, version: DocumentView) -> bool:
         return version.document_id == self.document_id
@@ -152,8 +196,13 @@ class DocumentScreen(Screen[None]):
         self.dismiss(None)
 
 
-def fields_table(this: DocumentView | None, versions: Sequence[DocumentView]) -> Table:
-    """Which document and which version, its status and what that means."""
+def fields_table(
+    this: DocumentView | None,
+    versions: Sequence[DocumentView],
+    pages: PageSummary | None = None,
+) -> Table:
+    """Which document and which version, its status and what that means, and (for a
+    version with pages) how they were read and why it is flagged for review."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
@@ -175,6 +224,20 @@ def fields_table(this: DocumentView | None, versions: Sequence[DocumentView]) ->
             Text(f"v{published.version_no}" if published else "no version (none is published)"),
         ),
     ]
+    if pages is not None and pages.pages:
+        read = Text(f"{pages.pages}: {pages.text} text, {pages.ocr} ocr")
+        if pages.ocr_empty:
+            read.append(f", {pages.ocr_empty} ocr_empty")
+        if pages.skipped:
+            read.append(f", {pages.skipped} skipped")
+        if pages.ocr_min_confidence is not None and pages.ocr_mean_confidence is not None:
+            read.append(
+                f"  (confidence lowest {pages.ocr_min_confidence:.1f}, "
+                f"mean {pages.ocr_mean_confidence:.1f})"
+            )
+        rows.append(("pages", read))
+        if pages.reason is not None:
+            rows.append(("review flag", Text(pages.reason, style=FLAG_STYLE)))
     for label, value in rows:
         grid.add_row(label, value)
     return grid

@@ -3,7 +3,11 @@ first, and for the selected one what changed against the version publishing it
 retires (the one search finds now, or a withdrawn one) — chunk and page counts
 before → after, the lines added (green) and removed (red), and its first chunks.
 ``p`` publishes it, ``r`` rejects it (with a reason); enter opens the document's
-versions and history.
+versions, pages and history.
+
+A version flagged for review (pages read by OCR at low confidence, or skipped: see
+:mod:`core.ledger.pages`) is marked ``!`` in the queue, its detail says why, and ``p``
+asks the reviewer to accept those pages as read before publishing it.
 
 Everything drawn here that came from a document or a user (names, chunk text, diff
 lines) goes through :func:`core.visible` into :class:`~rich.text.Text`, never markup:
@@ -32,6 +36,7 @@ from tui.messages import LedgerChanged
 from tui.widgets.footer import WholeKeysFooter
 
 if TYPE_CHECKING:
+    from core.ledger.pages import PageSummary
     from core.ledger.review_diff import VersionDiff
 
 NAME_WIDTH = 28  # characters of a document name in the queue
@@ -49,6 +54,8 @@ PLUS_STYLE = "green"
 MINUS_STYLE = "red"
 HUNK_STYLE = "cyan dim"
 CONTEXT_STYLE = "dim"
+FLAG_STYLE = "bold red"
+FLAG_MARK = "! "  # before a flagged version's name in the queue
 
 
 def diff_text(lines: Sequence[str], *, shown_max: int = DIFF_SHOWN_MAX) -> Text:
@@ -72,9 +79,10 @@ def diff_text(lines: Sequence[str], *, shown_max: int = DIFF_SHOWN_MAX) -> Text:
     return out
 
 
-def summary_text(diff: VersionDiff, now: float) -> Text:
+def summary_text(diff: VersionDiff, now: float, pages: PageSummary | None = None) -> Text:
     """The selected version in four lines: which, as of which row version, against
-    what, and the counts before → after."""
+    what, and the counts before → after; then, for a version with pages, how they
+    were read and why it is flagged."""
     version = diff.candidate
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append(visible(version.filename), style="bold")
@@ -101,6 +109,31 @@ def summary_text(diff: VersionDiff, now: float) -> Text:
     out.append(f"-{len(diff.removed)}", style=MINUS_STYLE)
     if diff.truncated:
         out.append(" (cut)", style="italic")
+    if pages is not None and pages.pages:
+        out.append("\n")
+        out.append(pages_line(pages))
+    return out
+
+
+def pages_line(pages: PageSummary) -> Text:
+    """``read: 480 text, 3 ocr (lowest 42.0)`` and, if flagged, why."""
+    out = Text(no_wrap=True, overflow="ellipsis")
+    counts = [
+        f"{n} {word}"
+        for n, word in (
+            (pages.text, "text"),
+            (pages.ocr, "ocr"),
+            (pages.ocr_empty, "ocr_empty"),
+            (pages.skipped, "skipped"),
+        )
+        if n
+    ]
+    out.append("read: " + ", ".join(counts))
+    if pages.ocr_min_confidence is not None:
+        out.append(f" (lowest confidence {pages.ocr_min_confidence:.1f})")
+    if pages.reason is not None:
+        out.append("\nflagged: ", style=FLAG_STYLE)
+        out.append(pages.reason, style=FLAG_STYLE)
     return out
 
 
@@ -134,6 +167,8 @@ class ReviewDeskScreen(Screen[None]):
         super().__init__()
         self.queue: dict[str, DocumentView] = {}  # by version id, as listed
         self.diff: VersionDiff | None = None  # of the version whose detail is shown
+        self.pages: PageSummary | None = None  # the same version's page summary
+        self._flagged: set[str] = set()  # versions in the queue flagged for review
         self._detail_for: tuple[str, int] | None = None  # (version id, row version)
         # Chunk counts by (version id, row version): a version's chunks do not change
         # while it waits for review, so each is read once, not at every reload.
@@ -183,21 +218,24 @@ class ReviewDeskScreen(Screen[None]):
 
     @work(exclusive=True, group="review-queue", exit_on_error=False, description="load reviews")
     async def load_queue(self) -> None:
+        reads = self.desk.reads
         try:
-            queue = await self.desk.reads.review_queue()
+            queue = await reads.review_queue()
+            summaries = await reads.page_summaries([v.document_id for v in queue])
         except Exception as exc:  # the ledger's refusal, or a row it cannot read
             self.notify(failure_line(exc), severity="error", title="cannot load the review queue")
             return
         table = self.query_one("#review-queue", DataTable)
         selected, row = self._selected_key(), table.cursor_row
         self.queue = {v.document_id: v for v in queue}
+        self._flagged = {d for d, p in summaries.items() if p.flagged}
         # Counts of versions decided since are dropped: the cache stays queue-sized.
         self._chunk_counts = {k: n for k, n in self._chunk_counts.items() if k[0] in self.queue}
         now = self.desk.clock()
         table.clear()
         for version in queue:
             table.add_row(
-                Text(shorten(visible(version.filename), NAME_WIDTH)),
+                self._name_cell(version),
                 f"v{version.version_no}",
                 age(now - version.updated_at),
                 self._chunks_cell(version),
@@ -211,6 +249,13 @@ class ReviewDeskScreen(Screen[None]):
             table.move_cursor(row=min(row, len(self.queue) - 1), animate=False)
         self._show_selected()
         self.count_chunks()
+
+    def _name_cell(self, version: DocumentView) -> Text:
+        if version.document_id not in self._flagged:
+            return Text(shorten(visible(version.filename), NAME_WIDTH))
+        name = Text(FLAG_MARK, style=FLAG_STYLE)
+        name.append(shorten(visible(version.filename), NAME_WIDTH - len(FLAG_MARK)))
+        return name
 
     def _chunks_cell(self, version: DocumentView) -> str:
         count = self._chunk_counts.get((version.document_id, version.version))
@@ -253,6 +298,7 @@ class ReviewDeskScreen(Screen[None]):
         if version is None:
             self._detail_for = None
             self.diff = None
+            self.pages = None
             self.query_one("#review-summary", Static).update(
                 Text("no version is waiting for review", style="dim")
             )
@@ -270,19 +316,21 @@ class ReviewDeskScreen(Screen[None]):
         try:
             diff = await reads.review(version.document_id)
             chunks = await reads.chunks(version.document_id, limit=CHUNK_PREVIEW)
+            pages, _ = await reads.pages(diff.candidate.document_id)
         except Exception as exc:  # rejected or replaced meanwhile, or unreadable
             self._detail_for = None
             self.query_one("#review-summary", Static).update(Text(failure_line(exc)))
             return
         if self._detail_for != (version.document_id, version.version):
             return  # the cursor moved on while this was read
-        self.diff = diff
+        self.diff, self.pages = diff, pages
         self._chunk_counts[(version.document_id, version.version)] = diff.chunks_after
         self._update_chunks_cell(version)
         self._render_detail(diff, chunks)
 
     def _render_detail(self, diff: VersionDiff, chunks: Sequence[ChunkView]) -> None:
-        self.query_one("#review-summary", Static).update(summary_text(diff, self.desk.clock()))
+        summary = summary_text(diff, self.desk.clock(), self.pages)
+        self.query_one("#review-summary", Static).update(summary)
         shown = self.query_one("#review-diff", Static)
         if diff.published is None:
             shown.border_title = "Its text (nothing published to compare with)"
@@ -348,14 +396,17 @@ class ReviewDeskScreen(Screen[None]):
         if version is None:
             self.notify("no version selected", severity="warning")
             return
-        diff, published = self.diff, None
+        diff, published, pages = self.diff, None, None
         if diff is not None and diff.candidate.document_id == version.document_id:
             # What the detail shows is what the reviewer looked at: its row version
-            # is the one expected (a change since is refused, not published).
-            version, published = diff.candidate, diff.published
+            # is the one expected (a change since is refused, not published), and
+            # its flag the one the dialog asks to accept.
+            version, published, pages = diff.candidate, diff.published, self.pages
         from tui.screens.version_decisions import request_publish
 
-        request_publish(self, versions, version, published=published, done=self._decided)
+        request_publish(
+            self, versions, version, published=published, pages=pages, done=self._decided
+        )
 
     def action_reject(self) -> None:
         versions = policy.versions_for(self.desk, "reject")

@@ -36,6 +36,7 @@ from core import (
     visible,
 )
 from core.ledger import ProviderRequestView
+from core.ledger.pages import PageSummary
 from core.states import RequestState
 from tui import policy
 from tui.desk import Desk, desk_of
@@ -143,6 +144,8 @@ class TaskDetailScreen(Screen[None]):
         self.task_id = task_id
         self.task_view: TaskView | None = None
         self.requests: list[ProviderRequestView] = []
+        # The document's page summary (None: it has no pages), with its review flag.
+        self.pages: PageSummary | None = None
 
     @property
     def desk(self) -> Desk:
@@ -206,6 +209,8 @@ class TaskDetailScreen(Screen[None]):
         try:
             document = await reads.get_document(task.document_id)
             chunks = await reads.chunks(task.document_id, limit=CHUNK_PREVIEW)
+            summaries = await reads.page_summaries([task.document_id])
+            self.pages = summaries.get(task.document_id)
         except NotFound:
             pass
         except Exception as exc:  # the task is still worth showing without them
@@ -283,6 +288,17 @@ class TaskDetailScreen(Screen[None]):
                 ("row version", str(document.version)),
                 ("sha256", document.sha256),
             ]
+        pages = self.pages
+        if pages is not None:
+            rows.append(
+                (
+                    "pages",
+                    f"{pages.pages}: {pages.text} text, {pages.ocr} ocr, "
+                    f"{pages.ocr_empty} ocr_empty, {pages.skipped} skipped",
+                )
+            )
+            if pages.reason is not None:
+                rows.append(("review flag", Text(pages.reason, style="bold red")))
         for label, value in rows:
             # Plain values hold the ledger's text (ids, names, options): escaped here.
             grid.add_row(label, value if isinstance(value, Text) else Text(visible(value)))

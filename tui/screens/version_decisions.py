@@ -7,6 +7,11 @@ outlives the screen that asked for it) and turns the ledger's refusals into a
 notification. A publish names the row version the reviewer was shown
 (``expected_version``): if the version changed meanwhile the ledger refuses it with a
 Conflict, and its one line is what the notification says.
+
+A version flagged for review (:mod:`core.ledger.pages`: pages read by OCR at low
+confidence, or skipped) is published accepting its pages only when the dialog named
+why it is flagged and the reviewer confirmed that; a screen that did not show the
+flag publishes without accepting, and the ledger's refusal says why.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
     from textual.dom import DOMNode
 
     from core.ledger import Versions
+    from core.ledger.pages import PageSummary
 
 Done = Callable[[], None]  # what the asking screen does after a decision (a reload)
 
@@ -38,6 +44,7 @@ def request_publish(
     version: DocumentView,
     *,
     published: DocumentView | None = None,
+    pages: PageSummary | None = None,
     done: Done | None = None,
 ) -> None:
     """Ask to confirm (with an optional reason), then publish ``version`` as of its
@@ -49,9 +56,13 @@ def request_publish(
         version: The version as the reviewer saw it (its row version is expected).
         published: The document's version that publishing retires (published now,
             or withdrawn), if the screen knows it: the dialog then names it.
+        pages: The version's page summary as the screen showed it: if flagged, the
+            dialog says why and confirming accepts those pages as read.
         done: Called after the ledger answered, whatever it answered.
     """
     from tui.screens.modals import ConfirmScreen
+
+    accept = pages is not None and pages.flagged
 
     app, desk = node.app, desk_of(node)
     if published is None:
@@ -67,11 +78,16 @@ def request_publish(
         f"Search finds this version from now on; {retired} If the version changed "
         "since you looked, the ledger refuses and nothing changes."
     )
+    if accept and pages is not None:
+        body += (
+            f"\n\nFlagged for review: {pages.reason}. Publishing accepts these pages as "
+            "read; the history keeps that you did."
+        )
 
     def confirmed(reason: str | None) -> None:
         if reason is not None:
             app.run_worker(
-                _publish(desk, versions, version, reason or None, done),
+                _publish(desk, versions, version, reason or None, done, accept=accept),
                 group="actions",
                 exit_on_error=False,
                 description="publish",
@@ -79,9 +95,9 @@ def request_publish(
 
     app.push_screen(
         ConfirmScreen(
-            "Publish this version?",
+            "Publish this flagged version?" if accept else "Publish this version?",
             body,
-            confirm_label="Publish",
+            confirm_label="Publish, accepting" if accept else "Publish",
             ask_reason=True,
             kept_in="the document's history",
         ),
@@ -90,7 +106,13 @@ def request_publish(
 
 
 async def _publish(
-    desk: Desk, versions: Versions, version: DocumentView, reason: str | None, done: Done | None
+    desk: Desk,
+    versions: Versions,
+    version: DocumentView,
+    reason: str | None,
+    done: Done | None,
+    *,
+    accept: bool = False,
 ) -> None:
     try:
         after = await versions.publish(
@@ -98,6 +120,7 @@ async def _publish(
             actor=desk.actor,
             expected_version=version.version,
             reason=reason,
+            accept_low_confidence=accept,
         )
     except Exception as exc:
         notify_refusal(desk, "publish", exc)

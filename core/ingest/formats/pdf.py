@@ -12,9 +12,9 @@ from io import BytesIO
 from typing import TYPE_CHECKING
 
 from core.ingest.chunker import Location
-from core.ingest.formats.base import Extracted, Format, Prose
+from core.ingest.formats.base import Extracted, Format, PageReading, Prose
 from core.ingest.parse_progress import report_units
-from core.states import DocumentKind, ErrorCode
+from core.states import DocumentKind, ErrorCode, PageDecision
 
 if TYPE_CHECKING:
     from core.ingest.formats.base import ParseOptions
@@ -33,6 +33,8 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
     for number, text in enumerate(pages, start=1):
         out.units = number
         out.blocks.append(Prose(text, Location(page=number)))
+        # Every page is read from its text layer until OCR decides per page (i20-ocr).
+        out.readings.append(PageReading(number, PageDecision.TEXT, len(text)))
     if out.units == 0:
         raise ParseFailure(ErrorCode.EMPTY_DOCUMENT, "PDF has no pages")
     return out
