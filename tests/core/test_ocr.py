@@ -11,6 +11,7 @@ installed (`apt-get install tesseract-ocr-eng`; .ci/run installs it).
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import struct
@@ -510,3 +511,57 @@ def test_the_processing_key_changes_with_the_ocr_engine_language_data_and_dpi(
     assert key() == before
     # Documents of other kinds keep their keys: OCR does not touch them.
     assert "ocr" not in format_info(DocumentKind.DOCX, "pypdf")
+
+
+# --- through a worker -----------------------------------------------------------------
+
+
+def _cli(db_url: str, store: Path, *args: str) -> object:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INGESTDESK_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "core.cli", "--db", db_url, "--store", str(store), "--json", *args],
+        capture_output=True,
+        env=env,
+        input=b"",
+        timeout=600,
+        check=False,
+        cwd=store.parent,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    return json.loads(proc.stdout)
+
+
+@needs_engine
+def test_scans_are_ingested_by_a_worker_and_found_by_search(db_url: str, tmp_path: Path) -> None:
+    # One page to read per document: the parse budget (10 s and 0.5 s a page) is the
+    # parser pool's, and a page takes seconds on a loaded machine.
+    store = tmp_path / "objects"
+    (tmp_path / "minutes.pdf").write_bytes(text_and_scan_pdf(text=TYPED))
+    (tmp_path / "bomb.png").write_bytes(bilevel_png(10_000, 10_000))
+    files = [SCANS / "phototest.png", tmp_path / "minutes.pdf", tmp_path / "bomb.png"]
+    added = _cli(db_url, store, "add", *map(str, files))
+    assert isinstance(added, list)
+    ids = {task["document_name"]: task["document_id"] for task in added}
+
+    _cli(db_url, store, "worker", "--until-idle")
+
+    tasks = _cli(db_url, store, "tasks")
+    assert isinstance(tasks, list)
+    outcome = {t["document_name"]: (t["status"], t["error_code"]) for t in tasks}
+    assert outcome == {
+        "phototest.png": ("succeeded", None),
+        "minutes.pdf": ("succeeded", None),
+        "bomb.png": ("failed", "parse_error"),
+    }, [t["error_detail"] for t in tasks]
+    pages = _cli(db_url, store, "chunks", ids["minutes.pdf"])
+    assert isinstance(pages, list)
+    assert sorted({c["page"] for c in pages}) == [1, 2]
+    hits = _cli(db_url, store, "search", "--all", "archive room")
+    assert isinstance(hits, list)
+    assert [(h["filename"], h["page"]) for h in hits] == [("minutes.pdf", 1)]
+    hits = _cli(db_url, store, "search", "--all", "lazy fox")
+    assert isinstance(hits, list)
+    assert {(h["filename"], h["page"]) for h in hits} == {
+        ("phototest.png", 1),
+        ("minutes.pdf", 2),
+    }
