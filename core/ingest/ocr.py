@@ -274,19 +274,27 @@ def _words(api: Any) -> list[tuple[str, float]]:
     return found
 
 
-def fit_for_ocr(image: Image, dpi: int) -> tuple[Image, int]:
-    """``image`` in a mode the engine reads well (1-bit, grey or RGB, transparency
-    laid on white), scaled down to at most ``MAX_OCR_PIXELS``; with its resolution,
-    scaled alike."""
+def flattened(image: Image) -> Image:
+    """``image`` in a mode the engine reads well: 1-bit, grey or RGB as they are,
+    anything else grey, transparency laid on white paper (a transparent PNG's
+    "paper" is often black pixels of alpha 0)."""
     from PIL import Image as PILImage
 
-    if image.mode not in ("1", "L", "RGB"):
-        if "A" in image.getbands() or image.info.get("transparency") is not None:
-            rgba = image.convert("RGBA")
-            background = PILImage.new("RGBA", rgba.size, (255, 255, 255, 255))
-            image = PILImage.alpha_composite(background, rgba).convert("L")
-        else:
-            image = image.convert("L")
+    if image.mode in ("1", "L", "RGB"):
+        return image
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+        rgba = image.convert("RGBA")
+        background = PILImage.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return PILImage.alpha_composite(background, rgba).convert("L")
+    return image.convert("L")
+
+
+def fit_for_ocr(image: Image, dpi: int) -> tuple[Image, int]:
+    """``image`` :func:`flattened`, scaled down to at most ``MAX_OCR_PIXELS``; with
+    its resolution, scaled alike."""
+    from PIL import Image as PILImage
+
+    image = flattened(image)
     scale = pixel_scale(image.width, image.height, MAX_OCR_PIXELS)
     if scale < 1:
         size = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
@@ -313,7 +321,7 @@ def pixel_scale(width: float, height: float, max_pixels: int) -> float:
 def is_blank(image: Image) -> bool:
     """Whether a page image holds nothing to read: one flat tone, give or take
     ``BLANK_CONTRAST`` grey levels (a blank page, a scanner's empty platen)."""
-    low, high = image.convert("L").getextrema()
+    low, high = flattened(image).convert("L").getextrema()
     return bool(float(high) - float(low) < BLANK_CONTRAST)  # type: ignore[arg-type]
 
 
@@ -423,6 +431,7 @@ class PageReader:
             image, dpi = page.render()
         except RenderFailed as exc:
             return layer, self._skipped(number, chars, str(exc))
+        image = flattened(image)  # once, for the blank check and the engine
         if is_blank(image):
             seconds = time.perf_counter() - started
             self.budget.spend(seconds)

@@ -188,6 +188,23 @@ def test_a_scanned_page_image_is_read_word_for_word(name: str) -> None:
 
 
 @needs_engine
+def test_a_transparent_image_is_read_as_if_on_white_paper() -> None:
+    # The scan's ink as black pixels whose alpha is the ink's darkness, the paper
+    # transparent: dropping the alpha would leave a black page.
+    with Image.open(SCANS / "phototest.png") as page:
+        ink = page.convert("L")
+    transparent = Image.new("RGBA", ink.size, (0, 0, 0, 0))
+    transparent.putalpha(ink.point(lambda grey: 255 - grey))
+    buffer = io.BytesIO()
+    transparent.save(buffer, "PNG")
+
+    doc, _ = parsed(buffer.getvalue(), "logo.png")
+
+    assert decisions(doc) == [PageDecision.OCR]
+    assert word_recall(page_text(doc, 1), truth("phototest.txt")) >= 0.95
+
+
+@needs_engine
 def test_each_frame_of_a_multi_page_tiff_is_a_page() -> None:
     doc, reports = parsed(scan("two-scans.tif"), "two-scans.tif")
 
@@ -217,6 +234,50 @@ def test_a_decompression_bomb_image_is_refused_before_it_is_decoded() -> None:
         assert "decompression bomb" in caught.value.reason
         assert "\n" not in caught.value.reason and "/" not in caught.value.reason
         assert time.perf_counter() - started < 5  # refused from its header, not decoded
+
+
+def tiny_tiff(frames: int) -> bytes:
+    buffer = io.BytesIO()
+    pages = [Image.new("1", (8, 8), 1) for _ in range(frames)]
+    pages[0].save(buffer, "TIFF", save_all=True, append_images=pages[1:])
+    return buffer.getvalue()
+
+
+def with_frame_size(tiff: bytes, frame: int, width: int, height: int) -> bytes:
+    """``tiff`` (little-endian) with frame ``frame``'s declared size changed: the
+    pixels stay 8 x 8, the directory claims more."""
+    data = bytearray(tiff)
+    (offset,) = struct.unpack_from("<I", data, 4)
+    for _ in range(frame):
+        (entries,) = struct.unpack_from("<H", data, offset)
+        (offset,) = struct.unpack_from("<I", data, offset + 2 + 12 * entries)
+    (entries,) = struct.unpack_from("<H", data, offset)
+    for n in range(entries):
+        at = offset + 2 + 12 * n
+        (tag,) = struct.unpack_from("<H", data, at)
+        if tag in (256, 257):  # ImageWidth, ImageLength, as LONG
+            struct.pack_into("<HHII", data, at, tag, 4, 1, width if tag == 256 else height)
+    return bytes(data)
+
+
+def test_a_tiff_of_too_many_frames_is_refused() -> None:
+    with pytest.raises(ParseFailure) as caught:
+        parse_document(tiny_tiff(1_001), DocumentKind.TIFF)
+
+    assert caught.value.code is ErrorCode.PARSE_ERROR
+    assert caught.value.reason == "TIFF has 1001 frames (limit 1000)"
+
+
+def test_a_bomb_in_a_later_tiff_frame_is_refused_before_it_is_decoded() -> None:
+    # Pillow checks a file's first frame when it opens it; this one's second frame
+    # claims 400 megapixels.
+    bomb = with_frame_size(tiny_tiff(2), 1, 20_000, 20_000)
+
+    with pytest.raises(ParseFailure) as caught:
+        parse_document(bomb, DocumentKind.TIFF)
+
+    assert caught.value.code is ErrorCode.PARSE_ERROR
+    assert "decompression bomb" in caught.value.reason
 
 
 @pytest.mark.parametrize(("name", "keep"), [("phototest.png", 0.5), ("phototest.jpg", 0.5)])
