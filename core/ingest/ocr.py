@@ -402,6 +402,7 @@ class PageReader:
         self.budget = budget or OcrBudget()
         self._missing = unavailable_reason()  # asked once: it reads the file system
         self.skipped_for_engine = 0
+        self.skipped_otherwise: list[str] = []  # reasons, for an empty document's detail
 
     def read(self, number: int, layer: str, page: PageSource) -> tuple[str, PageReading]:
         """One page's text and its reading.
@@ -477,9 +478,18 @@ class PageReader:
                 else (f"{self.skipped_for_engine} of {pages} pages need")
             )
             return ErrorCode.OCR_UNAVAILABLE, f"{need} OCR, and {self._missing}"
+        if self.skipped_otherwise:
+            count = len(self.skipped_otherwise)
+            pages_word = "page" if count == 1 else "pages"
+            return (
+                ErrorCode.EMPTY_DOCUMENT,
+                f"{empty_reason}; {count} {pages_word} not read: {self.skipped_otherwise[0]}",
+            )
         return ErrorCode.EMPTY_DOCUMENT, empty_reason
 
     def _skipped(self, number: int, chars: int, reason: str, seconds: float = 0.0) -> PageReading:
+        if not reason.startswith("OCR unavailable"):
+            self.skipped_otherwise.append(reason)
         return PageReading(number, PageDecision.SKIPPED, chars, ocr_seconds=seconds, reason=reason)
 
 

@@ -329,8 +329,11 @@ TYPED = (
 
 
 @needs_engine
-def test_a_pdf_with_a_typed_page_and_a_scanned_page_reads_each_its_own_way() -> None:
-    doc, reports = parsed(text_and_scan_pdf(text=TYPED), "minutes.pdf")
+@pytest.mark.parametrize("parser", ["pypdf", "pdfium"])
+def test_a_pdf_with_a_typed_page_and_a_scanned_page_reads_each_its_own_way(parser: str) -> None:
+    reports: list[tuple[int, int]] = []
+    with reporting(lambda done, total: reports.append((done, total))):
+        doc = parse_document(text_and_scan_pdf(text=TYPED), DocumentKind.PDF, parser=parser)
 
     typed, scanned = doc.readings
     assert (typed.page, typed.decision, typed.ocr_seconds) == (1, PageDecision.TEXT, 0.0)
@@ -378,8 +381,9 @@ def test_a_text_pdf_costs_no_ocr_time_and_renders_nothing(tmp_path: Path) -> Non
     assert out.stdout.split("\n")[0] == "['text'] 40 0.0 40 []"
 
 
-def test_a_short_page_that_shows_only_text_is_not_rendered() -> None:
-    doc = parse_document(hostile.make_pdf(["Yes.", "hello"]), DocumentKind.PDF)
+@pytest.mark.parametrize("parser", ["pypdf", "pdfium"])
+def test_a_short_page_that_shows_only_text_is_not_rendered(parser: str) -> None:
+    doc = parse_document(hostile.make_pdf(["Yes.", "hello"]), DocumentKind.PDF, parser=parser)
 
     assert decisions(doc) == [PageDecision.TEXT, PageDecision.TEXT]
     assert [c.text for c in doc.chunks] == ["Yes.", "hello"]
@@ -460,9 +464,34 @@ def test_pages_over_the_ocr_budget_are_skipped_with_why() -> None:
     assert text == ""
     assert reading.decision is PageDecision.SKIPPED
     assert reading.reason == "over the document's OCR budget (0 s spent)"
+    assert reader.nothing_found(1, "nothing") == (
+        ErrorCode.EMPTY_DOCUMENT,
+        "nothing; 1 page not read: over the document's OCR budget (0 s spent)",
+    )
     # A page with its text layer costs no budget, so it is read even then.
     _, typed = reader.read(2, TYPED, ImagePage(image, 200))
     assert typed.decision is PageDecision.TEXT
+
+
+@needs_engine
+def test_a_page_over_its_time_is_abandoned_and_skipped_with_why() -> None:
+    from core.ingest.formats.image import ImagePage
+
+    # What is left of the budget bounds the page: a millisecond, which no page fits.
+    reader = ocr.PageReader(ocr.OcrBudget(seconds=0.001))
+    with Image.open(SCANS / "eurotext.tif") as scanned:
+        image = scanned.copy()
+
+    text, reading = reader.read(1, "", ImagePage(image, 300))
+
+    assert text == ""
+    assert reading.decision is PageDecision.SKIPPED
+    assert reading.reason == "OCR of the page took over 0 s"
+    assert reading.ocr_seconds > 0
+    # The engine is left ready for the next page.
+    again = ocr.PageReader()
+    _, next_page = again.read(2, "", ImagePage(image, 300))
+    assert next_page.decision is PageDecision.OCR
 
 
 @needs_engine
