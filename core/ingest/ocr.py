@@ -178,6 +178,7 @@ class OcrReading:
             ``LEGIBLE_WORD_CONFIDENCE``.
         seconds: Time spent in the engine, in seconds.
         timed_out: The page took longer than its timeout and was abandoned.
+        failed: The engine could not read the page at all.
     """
 
     text: str
@@ -185,11 +186,12 @@ class OcrReading:
     legible_chars: int
     seconds: float
     timed_out: bool = False
+    failed: bool = False
 
     @property
     def legible(self) -> bool:
         """Whether the engine found anything legible (see ``MIN_LEGIBLE_CHARS``)."""
-        return not self.timed_out and self.legible_chars >= MIN_LEGIBLE_CHARS
+        return not (self.timed_out or self.failed) and self.legible_chars >= MIN_LEGIBLE_CHARS
 
 
 @functools.cache
@@ -235,10 +237,16 @@ def read_image(image: Image, *, dpi: int, timeout_s: float = OCR_PAGE_TIMEOUT_S)
     started = time.perf_counter()
     page, dpi = fit_for_ocr(image, dpi)
     try:
-        api.SetImage(page)
+        try:
+            api.SetImage(page)
+        except RuntimeError:  # an image Leptonica cannot take (zero-sized, odd depth)
+            return OcrReading("", None, 0, time.perf_counter() - started, failed=True)
         api.SetSourceResolution(max(1, dpi))
         if not api.Recognize(timeout=max(1, int(timeout_s * 1000))):
-            return OcrReading("", None, 0, time.perf_counter() - started, timed_out=True)
+            seconds = time.perf_counter() - started
+            # False is a timeout, or (rarely) the engine giving up early.
+            timed_out = seconds >= timeout_s
+            return OcrReading("", None, 0, seconds, timed_out=timed_out, failed=not timed_out)
         words = _words(api)
         text = api.GetUTF8Text() if words else ""
     finally:
@@ -448,6 +456,10 @@ class PageReader:
         if reading.timed_out:
             return layer, self._skipped(
                 number, chars, f"OCR of the page took over {timeout:.0f} s", seconds
+            )
+        if reading.failed:
+            return layer, self._skipped(
+                number, chars, "the OCR engine could not read the page image", seconds
             )
         if reading.legible:
             # The engine's text, unless the thin layer already says as much (exactly).

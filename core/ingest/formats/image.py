@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 FORMAT_EMPTY_REASON = "OCR found no legible text in the image"
 # Resolutions outside this range are not believed (a 1-dpi or 72-dpi "scan" is a
-# missing or default header value); the page is taken for OCR_DPI's default instead.
+# missing or default header value): the page is taken for DEFAULT_IMAGE_DPI instead.
 _PLAUSIBLE_DPI = range(100, 2401)  # dots per inch
 
 
@@ -73,8 +73,8 @@ def _opened(data: bytes) -> Iterator[Image]:
         py_warnings.simplefilter("error", PILImage.DecompressionBombWarning)
         try:
             image = PILImage.open(BytesIO(data))
-        except (PILImage.DecompressionBombWarning, PILImage.DecompressionBombError) as exc:
-            raise LimitExceeded(_over_pixels(exc)) from None
+        except (PILImage.DecompressionBombWarning, PILImage.DecompressionBombError):
+            raise LimitExceeded(_over_pixels()) from None
         except UnidentifiedImageError:
             raise ParseFailure(ErrorCode.PARSE_ERROR, "not a readable image") from None
         except Exception as exc:  # Pillow's plugins raise many types for bad input
@@ -85,7 +85,7 @@ def _opened(data: bytes) -> Iterator[Image]:
             image.close()
 
 
-def _over_pixels(exc: BaseException) -> str:
+def _over_pixels() -> str:
     return f"image is over {MAX_IMAGE_PIXELS} pixels, like a decompression bomb (limit)"
 
 
@@ -127,7 +127,7 @@ def _frames(image: Image, pages: int) -> Iterator[tuple[Image, int]]:
             width, height = image.size
             if width * height > MAX_IMAGE_PIXELS:
                 # Pillow checks the first frame when it opens a file, not the others.
-                raise LimitExceeded(_over_pixels(ValueError()))
+                raise LimitExceeded(_over_pixels())
             dpi = _dpi(image.info.get("dpi"), DEFAULT_IMAGE_DPI)
             scale = pixel_scale(width, height, MAX_OCR_PIXELS)
             if scale < 1 and image.format == "JPEG":
@@ -140,8 +140,8 @@ def _frames(image: Image, pages: int) -> Iterator[tuple[Image, int]]:
             frame = image.copy() if pages > 1 else image
         except LimitExceeded:
             raise
-        except (PILImage.DecompressionBombWarning, PILImage.DecompressionBombError) as exc:
-            raise LimitExceeded(_over_pixels(exc)) from None
+        except (PILImage.DecompressionBombWarning, PILImage.DecompressionBombError):
+            raise LimitExceeded(_over_pixels()) from None
         except Exception as exc:  # MemoryError too: see _damaged
             raise ParseFailure(ErrorCode.PARSE_ERROR, _damaged(exc, index + 1)) from None
         yield frame, dpi
