@@ -220,8 +220,7 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
         ),
         ErrorInfo(
             ErrorCode.EMPTY_DOCUMENT,
-            "the file parsed but holds no indexable text (no text layer, and OCR found "
-            "nothing legible on its pages)",
+            "the file holds no indexable text, neither in a text layer nor by OCR",
             "retrying will not help; upload a text version or a clearer scan",
             transient=False,
         ),
