@@ -133,8 +133,8 @@ def check_upload(data: Original, name: str, max_bytes: int) -> DocumentKind:
             raise BadInput(_misnamed_pdf(display_name(name), misnamed))
         raise BadInput(
             f"{display_name(name)}: unsupported file type (judged by content); "
-            "ingestdesk takes PDF, DOCX, PPTX, XLSX, HTML, EPUB, CSV, Markdown and plain "
-            "text (ingestdesk formats lists them)"
+            "ingestdesk takes PDF, DOCX, PPTX, XLSX, HTML, EPUB, CSV, Markdown, plain "
+            "text and PNG, JPEG or TIFF images (ingestdesk formats lists them)"
         )
     return kind
 

@@ -47,6 +47,10 @@ class DocumentKind(StrEnum):
     HTML = "html"
     EPUB = "epub"
     CSV = "csv"
+    # Images are read by OCR, each TIFF frame a page (core/ingest/formats/image.py).
+    PNG = "png"
+    JPEG = "jpeg"
+    TIFF = "tiff"
 
 
 class Stage(StrEnum):
@@ -80,6 +84,7 @@ class ErrorCode(StrEnum):
     INTERNAL_ERROR = "internal_error"
     PARSER_KILLED = "parser_killed"
     DISK_FULL = "disk_full"
+    OCR_UNAVAILABLE = "ocr_unavailable"
 
 
 class PageDecision(StrEnum):
@@ -215,8 +220,8 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
         ),
         ErrorInfo(
             ErrorCode.EMPTY_DOCUMENT,
-            "the file parsed but holds no indexable text (e.g. scanned images)",
-            "retrying will not help; run OCR or upload a text version",
+            "the file holds no indexable text, neither in a text layer nor by OCR",
+            "retrying will not help; upload a text version or a clearer scan",
             transient=False,
         ),
         ErrorInfo(
@@ -290,6 +295,16 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
             "retried automatically with backoff; free space on that disk (the worker's log "
             "names which)",
             transient=True,
+        ),
+        # Not empty_document: the pages may hold text that this machine cannot read
+        # yet. Installing the engine's data and retrying reads them.
+        ErrorInfo(
+            ErrorCode.OCR_UNAVAILABLE,
+            "the document's pages need OCR and no text was found without it: the OCR "
+            "engine or its language data is not installed where the worker runs",
+            "install it (apt-get install tesseract-ocr-eng; pip install tesserocr), "
+            "check `ingestdesk formats`, then retry the task",
+            transient=False,
         ),
     )
 }

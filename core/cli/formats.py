@@ -11,8 +11,11 @@ from core.cli.output import EXIT_OK, Output
 
 def run_formats(args: argparse.Namespace, out: Output) -> int:
     """List the accepted formats. Needs no ledger, and imports no format library."""
-    from core.ingest.formats import FORMATS, installed_version
+    from core.ingest.formats import FORMATS, OCR_KINDS, installed_version
+    from core.ingest.ocr import ENGINE_DISTRIBUTION, ocr_status, unavailable_reason
 
+    # Looks for the engine and its data without loading them.
+    ocr, ocr_missing = ocr_status(), unavailable_reason()
     value = []
     lines = []
     for fmt in FORMATS.values():
@@ -23,8 +26,11 @@ def run_formats(args: argparse.Namespace, out: Output) -> int:
                 "name": fmt.name,
                 "recognised_by": fmt.recognised_by,
                 "needs": needs,
-                "available": all(version is not None for version in needs.values()),
+                # An image yields nothing without OCR; a PDF's text layers still read.
+                "available": all(version is not None for version in needs.values())
+                and not (ENGINE_DISTRIBUTION in fmt.needs and ocr_missing),
             }
+            | ({"ocr": ocr} if fmt.kind in OCR_KINDS else {})
         )
         installed = ", ".join(
             f"{name} {version}" if version else f"{name} MISSING (pip install {name})"
@@ -34,6 +40,7 @@ def run_formats(args: argparse.Namespace, out: Output) -> int:
             f"{fmt.kind.value:<9} {fmt.name}; {fmt.recognised_by}; "
             f"needs {installed or 'nothing beyond Python'}"
         )
+    lines.append(f"{'ocr':<9} {ocr}")
     out.emit(value, lines)
     return EXIT_OK
 

@@ -14,10 +14,16 @@ from core.states import ErrorCode
 
 PARSERS = ("pypdf", "pdfium")
 OUT_OF_MEMORY_REASON = "parser exceeded memory limit"
-# The codes a parse can fail with: the document's (parse_error, empty_document) and
-# a parser killed from outside (parser_killed, see ParserKilled).
+# The codes a parse can fail with: the document's (parse_error, empty_document), a
+# parser killed from outside (parser_killed, see ParserKilled) and pages that need an
+# OCR engine this machine lacks (ocr_unavailable, see core.ingest.ocr).
 PARSE_FAILURE_CODES = frozenset(
-    {ErrorCode.PARSE_ERROR, ErrorCode.EMPTY_DOCUMENT, ErrorCode.PARSER_KILLED}
+    {
+        ErrorCode.PARSE_ERROR,
+        ErrorCode.EMPTY_DOCUMENT,
+        ErrorCode.PARSER_KILLED,
+        ErrorCode.OCR_UNAVAILABLE,
+    }
 )
 
 

@@ -2,7 +2,10 @@
 
 A task's result (its chunks and vectors) is fully determined by the original's bytes
 and the options that change the result — the parser and its version, the chunker's
-version, chunk size and overlap, the embedder and its version. The processing key
+version, chunk size and overlap, the embedder and its version, and for PDFs and images
+what OCR'd text depends on (the engine's version, the language and a digest of its
+data, the resolution, the page rules' version: see
+:func:`core.ingest.formats.format_info`). The processing key
 is ``sha256(raw bytes + b"\\0" + canonical JSON of those options)``, canonical meaning
 sorted keys and no spaces, so the order options were given in never changes it and
 neither does the file's name (renaming a document does not force reprocessing).

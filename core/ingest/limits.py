@@ -45,6 +45,12 @@ MAX_TABLE_ROWS = 100_000  # rows read, empty ones included
 MAX_TABLE_CELLS = 2_000_000  # cells read
 MAX_TABLE_COLUMNS = 2_000  # columns of one row
 
+# Images (PNG, JPEG, TIFF frames). A 600-dpi A3 scan is 70 MP; decoded as RGB one
+# such frame takes 210 MB, within the parser's memory cap with the OCR engine beside
+# it. A PNG of zeros declaring a gigapixel compresses to a few hundred kilobytes.
+MAX_IMAGE_PIXELS = 80_000_000  # pixels of one image or frame
+MAX_IMAGE_FRAMES = 1_000  # frames (pages) of one TIFF
+
 
 class LimitExceeded(Exception):
     """A document is over one of ingestdesk's safety limits; the message says which."""

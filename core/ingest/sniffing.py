@@ -123,6 +123,9 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
 _PDF_MAGIC = b"%PDF-"
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_JPEG_MAGIC = b"\xff\xd8\xff"
+_TIFF_MAGICS = (b"II*\x00", b"MM\x00*")
 
 
 def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
@@ -144,8 +147,13 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
     4. An OLE2 file holding an ``EncryptedPackage`` (a password-protected Office
        file) → the Office kind its name says, DOCX if it says none: its parse fails
        "needs a password", since which format hides inside cannot be known.
-    5. Other known binary signatures (images, ELF, old binary Office, …) → None.
-    6. Text-like content: MARKDOWN for ``.md``/``.markdown`` names and TEXT for
+    5. An image: PNG when its signature is followed by an ``IHDR`` header of a
+       non-zero size; JPEG when ``FF D8 FF`` is followed by a marker; TIFF (either
+       byte order) when its first directory lies past the header. A signature
+       without that structure (a few bytes of a picture, random bytes after eight
+       magic ones) → None: nothing could read it.
+    6. Other known binary signatures (GIF, archives, ELF, old binary Office, …) → None.
+    7. Text-like content: MARKDOWN for ``.md``/``.markdown`` names and TEXT for
        ``.txt``/``.text`` ones (the name asks for text, and a page's source is text);
        otherwise HTML when ``<!doctype html`` or ``<html`` appears in its first 1024
        characters, CSV when named ``.csv``/``.tsv`` or when its first lines (3 to 50)
@@ -155,9 +163,9 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
        bytes count as control characters: a stray NUL in a log is tolerated (and
        stripped on parse), a binary file is not. UTF-16 without a BOM is not
        recognised.
-    7. Anything else → None.
+    8. Anything else → None.
 
-    An empty upload is text by rule 4 (and later fails as ``empty_document``), except
+    An empty upload is text by rule 7 (and later fails as ``empty_document``), except
     under a ``.pdf`` name (rule 2).
 
     Args:
@@ -177,8 +185,9 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
         return _zip_kind(data, name)
     if data.startswith(_OLE2_MAGIC) and _ENCRYPTED_PACKAGE in data:
         return _office_kind_named(name) or DocumentKind.DOCX
-    if data.startswith(_BINARY_MAGICS):
-        return None
+    image = _image_kind(data)
+    if image is not None or data.startswith(_BINARY_MAGICS):
+        return image
     final = len(data) <= TEXT_SNIFF_BYTES
     sample = decode_text(data[:TEXT_SNIFF_BYTES], final=final)
     if sample is None or _control_ratio(sample[0]) > MAX_CONTROL_CHAR_RATIO:
@@ -193,6 +202,27 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
     if name.endswith(CSV_SUFFIXES) or _looks_like_table(text, final=final):
         return DocumentKind.CSV
     return DocumentKind.TEXT
+
+
+def _image_kind(data: bytes) -> DocumentKind | None:
+    """PNG, JPEG or TIFF when the signature is followed by the structure every real
+    file of that format has (checked within the first bytes only: an upload stored
+    as a stream is sniffed from its head)."""
+    if data.startswith(_PNG_MAGIC):
+        # The first chunk is IHDR: length 13, then width and height, both non-zero.
+        if data[8:16] == b"\x00\x00\x00\rIHDR" and len(data) >= 24:
+            width, height = struct.unpack_from(">II", data, 16)
+            if width and height:
+                return DocumentKind.PNG
+        return None
+    if data.startswith(_JPEG_MAGIC):
+        # A marker follows SOI: APPn (E0-EF), DQT (DB), SOFn (C0-CF), COM (FE) ...
+        return DocumentKind.JPEG if len(data) > 3 and data[3] >= 0xC0 else None
+    if data.startswith(_TIFF_MAGICS) and len(data) >= 8:
+        order = "<" if data.startswith(b"II") else ">"
+        (first_directory,) = struct.unpack_from(f"{order}I", data, 4)
+        return DocumentKind.TIFF if first_directory >= 8 else None
+    return None
 
 
 def _office_kind_named(name: str) -> DocumentKind | None:

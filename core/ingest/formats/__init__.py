@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from core.ingest.formats import csv, docx, epub, html, pdf, pptx, text, xlsx
+from core.ingest.formats import csv, docx, epub, html, image, pdf, pptx, text, xlsx
 from core.ingest.formats.base import Block, Extracted, Format, PageReading, Parser, Prose, Table
 from core.states import DocumentKind
 
@@ -25,8 +25,13 @@ FORMATS: dict[DocumentKind, Format] = {
         html.FORMAT,
         epub.FORMAT,
         csv.FORMAT,
+        *image.FORMATS,
     )
 }
+# The kinds whose pages may be read by OCR: their results depend on the engine too.
+OCR_KINDS: frozenset[DocumentKind] = frozenset(
+    {DocumentKind.PDF, DocumentKind.PNG, DocumentKind.JPEG, DocumentKind.TIFF}
+)
 
 
 def format_for(kind: DocumentKind | str) -> Format:
@@ -53,23 +58,32 @@ def format_info(kind: DocumentKind | str, parser: str) -> dict[str, str]:
     """What parsed a document, as recorded on its task and in its processing key:
     PDFs name the PDF parser, text and Markdown ``text`` (as before formats had
     modules, so their keys are unchanged), others their library and its version, and
-    the module's own revision when it has one."""
+    the module's own revision when it has one. PDFs and images add what OCR'd text
+    depends on (the engine and its version, the language data, the resolution:
+    :func:`core.ingest.ocr.engine_fingerprint`), so a change there reads them again
+    rather than reusing text another engine made."""
     from core.ingest.failures import parser_info
 
     fmt = format_for(kind)
     if fmt.kind is DocumentKind.PDF:
-        return parser_info(parser)
-    if not fmt.needs:
+        info = parser_info(parser)
+    elif not fmt.needs:
         return {"parser": "text" if fmt.in_process else fmt.kind.value}
-    library = fmt.needs[0]
-    info = {"parser": library, "version": installed_version(library) or "missing"}
+    else:
+        library = fmt.needs[0]
+        info = {"parser": library, "version": installed_version(library) or "missing"}
     if fmt.revision is not None:
         info["revision"] = fmt.revision
+    if fmt.kind in OCR_KINDS:
+        from core.ingest.ocr import engine_fingerprint
+
+        info |= engine_fingerprint()
     return info
 
 
 __all__ = [
     "FORMATS",
+    "OCR_KINDS",
     "Block",
     "Extracted",
     "Format",
