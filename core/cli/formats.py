@@ -12,7 +12,7 @@ from core.cli.output import EXIT_OK, Output
 def run_formats(args: argparse.Namespace, out: Output) -> int:
     """List the accepted formats. Needs no ledger, and imports no format library."""
     from core.ingest.formats import FORMATS, OCR_KINDS, installed_version
-    from core.ingest.ocr import ENGINE_DISTRIBUTION, ocr_status, unavailable_reason
+    from core.ingest.formats.ocr import ENGINE_DISTRIBUTION, ocr_status, unavailable_reason
 
     # Looks for the engine and its data without loading them.
     ocr, ocr_missing = ocr_status(), unavailable_reason()

@@ -16,7 +16,7 @@ PARSERS = ("pypdf", "pdfium")
 OUT_OF_MEMORY_REASON = "parser exceeded memory limit"
 # The codes a parse can fail with: the document's (parse_error, empty_document), a
 # parser killed from outside (parser_killed, see ParserKilled) and pages that need an
-# OCR engine this machine lacks (ocr_unavailable, see core.ingest.ocr).
+# OCR engine this machine lacks (ocr_unavailable, see core.ingest.formats.ocr).
 PARSE_FAILURE_CODES = frozenset(
     {
         ErrorCode.PARSE_ERROR,

@@ -60,7 +60,7 @@ def format_info(kind: DocumentKind | str, parser: str) -> dict[str, str]:
     modules, so their keys are unchanged), others their library and its version, and
     the module's own revision when it has one. PDFs and images add what OCR'd text
     depends on (the engine and its version, the language data, the resolution:
-    :func:`core.ingest.ocr.engine_fingerprint`), so a change there reads them again
+    :func:`core.ingest.formats.ocr.engine_fingerprint`), so a change there reads them again
     rather than reusing text another engine made."""
     from core.ingest.failures import parser_info
 
@@ -75,7 +75,7 @@ def format_info(kind: DocumentKind | str, parser: str) -> dict[str, str]:
     if fmt.revision is not None:
         info["revision"] = fmt.revision
     if fmt.kind in OCR_KINDS:
-        from core.ingest.ocr import engine_fingerprint
+        from core.ingest.formats.ocr import engine_fingerprint
 
         info |= engine_fingerprint()
     return info

@@ -1,5 +1,5 @@
 """Images (PNG, JPEG, TIFF): every page read by OCR, each TIFF frame a page, with
-Pillow (MIT-CMU licence) decoding and :mod:`core.ingest.ocr` reading.
+Pillow (MIT-CMU licence) decoding and :mod:`core.ingest.formats.ocr` reading.
 
 A PNG or JPEG is one page (an animated PNG's later frames are animation, not pages);
 a TIFF has a page per frame. Each page gets a :class:`~.base.PageReading` and a
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
     from core.ingest.formats.base import ParseOptions
-    from core.ingest.ocr import Drawn
+    from core.ingest.formats.ocr import Drawn
     from core.ingest.parser_warnings import WarningCollector
 
 FORMAT_EMPTY_REASON = "OCR found no legible text in the image"
@@ -37,7 +37,7 @@ _PLAUSIBLE_DPI = range(100, 2401)  # dots per inch
 
 def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
     from core.ingest.failures import ParseFailure
-    from core.ingest.ocr import PageReader
+    from core.ingest.formats.ocr import PageReader
     from core.ingest.parse_progress import report_units
 
     out = Extracted()
@@ -119,7 +119,7 @@ def _frames(image: Image, pages: int) -> Iterator[tuple[Image, int]]:
     from PIL import Image as PILImage
 
     from core.ingest.failures import ParseFailure
-    from core.ingest.ocr import DEFAULT_IMAGE_DPI, MAX_OCR_PIXELS, pixel_scale
+    from core.ingest.formats.ocr import DEFAULT_IMAGE_DPI, MAX_OCR_PIXELS, pixel_scale
 
     for index in range(pages):
         try:
@@ -149,14 +149,14 @@ def _frames(image: Image, pages: int) -> Iterator[tuple[Image, int]]:
 
 
 class ImagePage:
-    """A decoded image page, as :class:`core.ingest.ocr.PageReader` asks about it."""
+    """A decoded image page, as :class:`core.ingest.formats.ocr.PageReader` asks about it."""
 
     def __init__(self, image: Image, dpi: int) -> None:
         self._image = image
         self._dpi = dpi
 
     def drawn(self) -> Drawn:
-        from core.ingest.ocr import Drawn
+        from core.ingest.formats.ocr import Drawn
 
         return Drawn.PICTURES
 

@@ -1,7 +1,7 @@
 """PDF: the text layer, page by page, with pypdf (default) or PDFium (``--parser pdfium``);
 a page whose layer is missing or negligible is rendered with PDFium and read by OCR.
 
-Each page gets a :class:`~.base.PageReading` (the rules are :class:`core.ingest.ocr.
+Each page gets a :class:`~.base.PageReading` (the rules are :class:`core.ingest.formats.ocr.
 PageReader`'s) and a progress report. A page with a text layer is never rendered, so
 a text PDF costs no OCR time; a page with nothing drawn on it is known blank without
 rendering. The document is ``empty_document`` only when the layers and OCR together
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
     from core.ingest.formats.base import ParseOptions
-    from core.ingest.ocr import Drawn
+    from core.ingest.formats.ocr import Drawn
     from core.ingest.parser_warnings import WarningCollector
 
 # PDFium's FPDF_GetLastError codes that are about the file rather than a bug.
@@ -48,7 +48,7 @@ MAX_FORM_DEPTH = 8  # levels
 
 def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
     from core.ingest.failures import ParseFailure
-    from core.ingest.ocr import PageReader
+    from core.ingest.formats.ocr import PageReader
 
     count, layers = _pdfium_pages(data) if request.parser == "pdfium" else _pypdf_pages(data)
     if count == 0:
@@ -99,7 +99,7 @@ class PageRenderer:
         Raises:
             RenderFailed: PDFium is missing or cannot open the document.
         """
-        from core.ingest.ocr import RenderFailed
+        from core.ingest.formats.ocr import RenderFailed
 
         if self._document is None:
             try:
@@ -122,7 +122,7 @@ class PageRenderer:
 
 
 class PdfPage:
-    """One page, as :class:`core.ingest.ocr.PageReader` asks about it."""
+    """One page, as :class:`core.ingest.formats.ocr.PageReader` asks about it."""
 
     def __init__(self, renderer: PageRenderer, index: int, pypdf_page: Any = None) -> None:
         self._renderer = renderer
@@ -134,7 +134,7 @@ class PdfPage:
         read it: a text PDF's short pages then never load PDFium (its 10 MB would count
         against a parser's memory cap for nothing). Else PDFium's page objects (form
         XObjects looked into), stopping at the first that is not text."""
-        from core.ingest.ocr import Drawn, RenderFailed
+        from core.ingest.formats.ocr import Drawn, RenderFailed
 
         if self._pypdf_page is not None:
             return _drawn_by_operators(self._pypdf_page)
@@ -159,7 +159,7 @@ class PdfPage:
     def render(self) -> tuple[Image, int]:
         """The page as a grey image at ``OCR_DPI`` (less for a page so large it would
         exceed ``MAX_OCR_PIXELS``), with the resolution used."""
-        from core.ingest.ocr import MAX_OCR_PIXELS, OCR_DPI, RenderFailed, pixel_scale
+        from core.ingest.formats.ocr import MAX_OCR_PIXELS, OCR_DPI, RenderFailed, pixel_scale
 
         try:
             with self._loaded() as page:
@@ -177,7 +177,7 @@ class PdfPage:
 
     @contextlib.contextmanager
     def _loaded(self) -> Iterator[Any]:
-        from core.ingest.ocr import RenderFailed
+        from core.ingest.formats.ocr import RenderFailed
 
         document = self._renderer.document()
         try:
@@ -227,7 +227,7 @@ _TEXT_OPERATORS = frozenset({b"Tj", b"TJ", b"'", b'"'})
 
 
 def _drawn_by_operators(page: Any) -> Drawn:
-    from core.ingest.ocr import Drawn
+    from core.ingest.formats.ocr import Drawn
 
     try:
         contents = page.get_contents()
