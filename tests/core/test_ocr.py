@@ -27,8 +27,7 @@ from reportlab.lib.pagesizes import A4
 from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
-from core.ingest import ocr
-from core.ingest.formats import format_info
+from core.ingest.formats import format_info, ocr
 from core.ingest.formats.pdf import PageRenderer
 from core.ingest.keys import processing_key
 from core.ingest.limits import MAX_IMAGE_PIXELS
