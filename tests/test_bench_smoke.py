@@ -32,6 +32,23 @@ EXPECTED_LINES = {
         "ratio large, 1 worker time / bare pypdf time:",
         "ratio large, speed-up 2 workers / 1 worker:",
         "ratio small, pipeline docs/s / bare-parse docs/s:",
+        # bench.formats, run by bench.ingest: one row per accepted format.
+        "ratio formats DOCX, worker / bare MB/s:",
+        "ratio formats PPTX, worker / bare slides/s:",
+        "ratio formats XLSX, worker / bare sheets/s:",
+        "ratio formats HTML, worker / bare MB/s:",
+        "ratio formats EPUB, worker / bare chapters/s:",
+        "ratio formats CSV, worker / bare MB/s:",
+        "ratio formats PDF, worker / bare pages/s:",
+        "ratio formats Markdown, worker / bare MB/s:",
+        "ratio formats text, worker / bare MB/s:",
+    ),
+}
+# Lines that are a ratio or, while no OCR engine is installed, say they were skipped.
+MEASURED_OR_SKIPPED = {
+    "bench.ingest": (
+        "OCR pages/s, pipeline / bare engine:",
+        "OCR seconds on a 100-page text PDF:",
     ),
 }
 
@@ -63,5 +80,12 @@ def test_quick_bench_runs_and_prints_its_ratios(module: str, tmp_path: Path) -> 
         value = matching[0][len(expected) :].split()[0]
         assert value.endswith("x"), matching[0]
         float(value[:-1])
+    for expected in MEASURED_OR_SKIPPED.get(module, ()):
+        matching = [line for line in lines if expected in line]
+        assert matching, f"{module} printed no line with {expected!r}:\n{out}"
+        value = matching[0].split(expected, 1)[1].split()[0]
+        assert value == "skipped:" or float(value.rstrip("x")) >= 0, matching[0]
     assert "targets:" in out, out
+    # Every document of every format went through the worker (not a timing target).
+    assert not [line for line in lines if line.startswith("WARNING formats")], out
     assert not list(tmp_path.iterdir()), "the bench left files behind"

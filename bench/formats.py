@@ -1,0 +1,573 @@
+"""bench.formats: every accepted format through one worker against its bare library.
+
+For each format (DOCX, PPTX, XLSX, HTML, EPUB, CSV, PDF, Markdown, text) a corpus of
+real files (:mod:`bench.formats_corpus`: real when a corpus folder is present, else
+generated; the report says which) goes
+
+* through **one worker**: an in-process :class:`core.ingest.worker.Worker` as
+  ``ingestdesk worker`` builds it (concurrency 2, one real parser process, a real
+  SQLite ledger file copied fresh for each round, the hashing embedder, the search
+  index) draining the ledger, and
+* through **the bare library** in this one process: the cheapest text walk the
+  format's library offers (python-docx paragraphs and table cells, python-pptx shapes'
+  text frames, tables and notes, openpyxl read-only rows, the standard library's
+  ``html.parser`` that ingestdesk uses, zipfile + ``html.parser`` for EPUB chapters in
+  spine order, the ``csv`` module, pypdf ``extract_text``, a UTF-8 decode for text),
+
+and the row's ratio is units (or MB) per second through the worker over the bare
+library's, target >= 0.8x.
+
+Steady state: the worker side's start-up (interpreter, imports, the parser process and
+its import of the format's library) is outside the timing, measured apart by
+bench.ingest; each format's library is warmed up on both sides first. Each format has
+enough distinct copies of its files that a bare round lasts ``min_round_s``, and the
+rounds alternate bare, worker, bare, worker ...; the fastest round of each side counts,
+so a slow moment of the shared machine cannot flatter either.
+
+Then the OCR rows (:mod:`bench.formats_ocr`), skipped while no OCR engine is installed.
+
+Run: ``python -m bench.formats [--quick]`` alone, or as part of ``python -m bench.ingest``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import gc
+import io
+import logging
+import math
+import os
+import posixpath
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from xml.etree import ElementTree
+
+from bench.common import (
+    CpuTimes,
+    Target,
+    compile_bytecode,
+    descendants,
+    fmt_num,
+    fmt_ratio,
+    load_line,
+    print_header,
+    print_ratio,
+    print_table,
+    print_targets,
+    process_role,
+    ratio,
+)
+from bench.formats_corpus import (
+    FormatCorpus,
+    corpora_root,
+    generated,
+    readable,
+    real_candidates,
+    write_copies,
+)
+from bench.ingest_runs import copy_ledger, settings_for, submit_all
+
+if TYPE_CHECKING:
+    from core.ingest.parse_pool import ParserPool
+
+# --- tunables ---------------------------------------------------------------------------
+
+RATIO_TARGET = 0.8  # worker units/s over bare library units/s, from the issue
+WORKER_CONCURRENCY = 2  # ingestdesk worker's default: the next parse overlaps the last index
+QUICK_MAX_FILE_BYTES = 300_000  # bytes; --quick leaves bigger real files out
+
+
+@dataclass(frozen=True)
+class FormatsPlan:
+    rounds: int  # bare and worker rounds per format (alternating; the fastest counts)
+    min_round_s: float  # seconds a bare round should last (copies are added to reach it)
+    max_docs: int  # documents per format at most (copies included)
+    max_samples: int  # distinct files per format at most
+    max_file_bytes: int | None  # bigger real files are left out (None: none is)
+
+
+FULL_FORMATS = FormatsPlan(
+    rounds=3, min_round_s=1.5, max_docs=240, max_samples=40, max_file_bytes=None
+)
+QUICK_FORMATS = FormatsPlan(
+    rounds=1, min_round_s=0.03, max_docs=8, max_samples=4, max_file_bytes=QUICK_MAX_FILE_BYTES
+)
+
+
+# --- bare libraries: text out of bytes, nothing else -------------------------------------
+
+
+def _decode(data: bytes) -> str:
+    for bom, codec in (
+        (b"\xef\xbb\xbf", "utf-8-sig"),
+        (b"\xff\xfe", "utf-16"),
+        (b"\xfe\xff", "utf-16"),
+    ):
+        if data.startswith(bom):
+            return data.decode(codec, "replace")
+    return data.decode("utf-8", "replace")
+
+
+def bare_text(data: bytes) -> int:
+    return len(_decode(data))
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.chars = 0
+
+    def handle_data(self, data: str) -> None:
+        self.chars += len(data)
+
+
+def _html_chars(text: str) -> int:
+    parser = _Text()
+    parser.feed(text)
+    parser.close()
+    return parser.chars
+
+
+def bare_html(data: bytes) -> int:
+    return _html_chars(_decode(data))
+
+
+def bare_epub(data: bytes) -> int:
+    def local(tag: str) -> str:
+        return tag.rsplit("}", 1)[-1]
+
+    with zipfile.ZipFile(io.BytesIO(data)) as book:
+        container = ElementTree.fromstring(book.read("META-INF/container.xml"))
+        opf_path = next(e.get("full-path") for e in container.iter() if local(e.tag) == "rootfile")
+        assert opf_path is not None
+        package = ElementTree.fromstring(book.read(opf_path))
+        manifest = {
+            e.get("id"): e.get("href") or "" for e in package.iter() if local(e.tag) == "item"
+        }
+        base, chars = posixpath.dirname(opf_path), 0
+        for ref in (e for e in package.iter() if local(e.tag) == "itemref"):
+            href = manifest.get(ref.get("idref"), "")
+            name = posixpath.normpath(posixpath.join(base, href))
+            if href.endswith(("html", "htm")) and name in book.NameToInfo:
+                chars += _html_chars(_decode(book.read(name)))
+        return chars
+
+
+def bare_csv(data: bytes) -> int:
+    text = _decode(data)
+    try:
+        dialect: Any = csv.Sniffer().sniff(text[:16_384], delimiters=",;\t|")
+    except csv.Error:
+        dialect = csv.excel
+    return sum(len(cell) for row in csv.reader(io.StringIO(text), dialect) for cell in row)
+
+
+def bare_docx(data: bytes) -> int:
+    import docx
+    from docx.table import Table, _Cell
+
+    document = docx.Document(io.BytesIO(data))
+    chars = 0
+    # Table cells by their XML rows, as ingestdesk reads them: python-docx's Row.cells
+    # resolves spans with XPath and would make the baseline, not the worker, slow.
+    for item in document.iter_inner_content():
+        if isinstance(item, Table):
+            chars += sum(len(_Cell(tc, item).text) for tr in item._tbl.tr_lst for tc in tr.tc_lst)
+        else:
+            chars += len(item.text)
+    return chars
+
+
+def bare_pptx(data: bytes) -> int:
+    import pptx
+
+    def shapes(group: Any) -> Any:
+        for shape in group:
+            if hasattr(shape, "shapes"):
+                yield from shapes(shape.shapes)
+            else:
+                yield shape
+
+    chars = 0
+    for slide in pptx.Presentation(io.BytesIO(data)).slides:
+        for shape in shapes(slide.shapes):
+            if getattr(shape, "has_table", False):
+                chars += sum(len(c.text) for row in shape.table.rows for c in row.cells)
+            elif getattr(shape, "has_text_frame", False):
+                chars += len(shape.text_frame.text)
+        if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
+            chars += len(slide.notes_slide.notes_text_frame.text)
+    return chars
+
+
+def bare_xlsx(data: bytes) -> int:
+    import openpyxl
+
+    book = openpyxl.load_workbook(
+        io.BytesIO(data), read_only=True, data_only=True, keep_links=False
+    )
+    chars = 0
+    try:
+        for sheet in book.worksheets:
+            # As ingestdesk does: a declared dimension of 16384 columns would pad rows.
+            sheet.reset_dimensions()
+            for values in sheet.iter_rows(values_only=True):
+                chars += sum(len(str(v)) for v in values if v is not None)
+    finally:
+        book.close()
+    return chars
+
+
+def bare_pdf(data: bytes) -> int:
+    from pypdf import PdfReader
+
+    return sum(len(page.extract_text()) for page in PdfReader(io.BytesIO(data)).pages)
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: str  # DocumentKind value
+    label: str
+    unit: str  # what the format counts: pages, slides, sheets, chapters, or MB
+    bare: Callable[[bytes], int]
+    library: str  # what the bare side runs, for the report
+
+
+SPECS = (
+    Spec("docx", "DOCX", "MB", bare_docx, "python-docx paragraphs + table cells"),
+    Spec("pptx", "PPTX", "slides", bare_pptx, "python-pptx text frames, tables, notes"),
+    Spec("xlsx", "XLSX", "sheets", bare_xlsx, "openpyxl read-only rows"),
+    Spec("html", "HTML", "MB", bare_html, "html.parser text"),
+    Spec("epub", "EPUB", "chapters", bare_epub, "zipfile + html.parser, spine order"),
+    Spec("csv", "CSV", "MB", bare_csv, "csv.Sniffer + csv.reader"),
+    Spec("pdf", "PDF", "pages", bare_pdf, "pypdf extract_text"),
+    Spec("markdown", "Markdown", "MB", bare_text, "UTF-8 decode"),
+    Spec("text", "text", "MB", bare_text, "UTF-8 decode"),
+)
+
+
+# --- corpus -----------------------------------------------------------------------------
+
+
+def _bare_seconds(spec: Spec, blobs: list[bytes]) -> float:
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # openpyxl's "unknown extension" on real files
+        chars = sum(spec.bare(b) for b in blobs)
+    seconds = time.perf_counter() - start
+    assert chars > 0, f"bare {spec.label} found no text"
+    return seconds
+
+
+def build_corpus(spec: Spec, plan: FormatsPlan, real: list[Path], folder: Path) -> FormatCorpus:
+    """The format's samples (real if any parse, else generated) and enough distinct
+    copies of them that one bare round lasts ``plan.min_round_s``."""
+    small = [
+        p for p in real if plan.max_file_bytes is None or p.stat().st_size <= plan.max_file_bytes
+    ]
+    samples = [s for s in (readable(p, spec.kind) for p in small) if s is not None]
+    samples = samples[: plan.max_samples]
+    source = "real"
+    if not samples:
+        samples, source = generated(spec.kind)[: plan.max_samples], "generated"
+    blobs = [s.data for s in samples]
+    _bare_seconds(spec, blobs[:1])  # import the library outside the estimate
+    once = _bare_seconds(spec, blobs)
+    copies = max(
+        1, min(math.ceil(plan.min_round_s / max(once, 1e-6)), plan.max_docs // len(samples))
+    )
+    files = write_copies(samples, spec.kind, copies, folder)
+    units = copies * sum(s.units for s in samples)
+    megabytes = sum(f.stat().st_size for f in files) / 1e6
+    names = ", ".join(s.name for s in samples[:3]) + (", ..." if len(samples) > 3 else "")
+    return FormatCorpus(
+        spec.kind,
+        spec.label,
+        f"{source}: {len(samples)} files x {copies} ({names})",
+        files,
+        units,
+        megabytes,
+    )
+
+
+# --- the two sides ----------------------------------------------------------------------
+
+
+def bare_round(spec: Spec, files: list[Path]) -> float:
+    """Wall seconds for the bare library over every file, read from disk."""
+    start = time.perf_counter()
+    chars = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # openpyxl's "unknown extension" on real files
+        for path in files:
+            chars += spec.bare(path.read_bytes())
+    seconds = time.perf_counter() - start
+    assert chars > 0
+    return seconds
+
+
+def parser_cpu_s() -> float:
+    """CPU seconds used so far by this process's parser processes (live ones: a child
+    retires after 500 parses, more than a round gives it)."""
+    total = 0.0
+    for pid in descendants(os.getpid()):
+        if process_role(pid) != "parser":
+            continue
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+@dataclass
+class WorkerRound:
+    seconds: float
+    succeeded: int
+    worker_cpu_s: float  # this process: the event loop and aiosqlite's thread
+    parser_cpu_s: float
+    machine_idle: float
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+def fresh_ledger(template: Path, run_dir: Path) -> Path:
+    """A copy of the format's ledger, all its documents queued, for one round."""
+    run_dir.mkdir(parents=True)
+    db_path = run_dir / "ledger.db"
+    copy_ledger(template, db_path)
+    return db_path
+
+
+async def worker_round(
+    template: Path, run_dir: Path, store: Path, pool: ParserPool, worker_id: str
+) -> WorkerRound:
+    """Wall seconds for one Worker draining a fresh copy of the format's ledger."""
+    from core import Ledger
+    from core.ingest.worker import Worker
+
+    db_path = fresh_ledger(template, run_dir)
+    async with await Ledger.open(settings_for(db_path, store)) as ledger:
+        worker = Worker(ledger, worker_id, pool=pool, concurrency=WORKER_CONCURRENCY)
+        # As ingestdesk worker does once started (core/gc_tuning.py): start-up objects,
+        # here the bench's own, are not the collector's business during the run.
+        gc.collect()
+        gc.freeze()
+        try:
+            machine, cpu, parser_cpu = CpuTimes.now(), time.process_time(), parser_cpu_s()
+            start = time.perf_counter()
+            stats = await worker.run(until_idle=True)
+            seconds = time.perf_counter() - start
+            cpu, parser_cpu = time.process_time() - cpu, parser_cpu_s() - parser_cpu
+            idle = CpuTimes.now().idle_since(machine)
+        finally:
+            gc.unfreeze()
+    outcomes: dict[str, int] = {}
+    for result in stats.outcomes.values():
+        outcomes[str(result)] = outcomes.get(str(result), 0) + 1
+    return WorkerRound(seconds, outcomes.get("succeeded", 0), cpu, parser_cpu, idle, outcomes)
+
+
+@dataclass
+class FormatResult:
+    spec: Spec
+    corpus: FormatCorpus
+    bare_s: list[float] = field(default_factory=list)
+    worker: list[WorkerRound] = field(default_factory=list)
+
+    @property
+    def best_bare(self) -> float:
+        return min(self.bare_s)
+
+    @property
+    def best_round(self) -> WorkerRound:
+        return min(self.worker, key=lambda r: r.seconds)
+
+    @property
+    def best_worker(self) -> float:
+        return self.best_round.seconds
+
+    @property
+    def ratio(self) -> float:
+        """Worker units/s over bare units/s: the same files on both sides."""
+        return ratio(self.best_bare, self.best_worker)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.succeeded == len(self.corpus.files) for r in self.worker)
+
+    def per_s(self, seconds: float) -> str:
+        amount = self.corpus.megabytes if self.spec.unit == "MB" else self.corpus.units
+        digits = 2 if self.spec.unit == "MB" else 1
+        return f"{fmt_num(ratio(amount, seconds), digits)} {self.spec.unit}/s"
+
+
+async def measure_all(
+    corpora: list[tuple[Spec, FormatCorpus]], plan: FormatsPlan, workdir: Path
+) -> list[FormatResult]:
+    from core.ingest.parse_pool import ParserPool
+
+    store = workdir / "objects"
+    results = []
+    async with ParserPool(workers=1) as pool:
+        for spec, corpus in corpora:
+            template = workdir / "templates" / f"{spec.kind}.db"
+            template.parent.mkdir(parents=True, exist_ok=True)
+            await submit_all(template, store, corpus.files)
+            # The parser process imports the format's library on its first document.
+            await pool.parse(corpus.files[0].read_bytes(), spec.kind)
+            bare_round(spec, corpus.files[:1])
+            result = FormatResult(spec, corpus)
+            for n in range(plan.rounds):
+                result.bare_s.append(bare_round(spec, corpus.files))
+                result.worker.append(
+                    await worker_round(
+                        template,
+                        workdir / f"run-{spec.kind}-{n}",
+                        store,
+                        pool,
+                        f"bench-{spec.kind}-{n}",
+                    )
+                )
+            print(
+                f"{spec.label}: bare {'/'.join(f'{s:.2f}' for s in result.bare_s)} s, "
+                f"worker {'/'.join(f'{r.seconds:.2f}' for r in result.worker)} s",
+                flush=True,
+            )
+            results.append(result)
+    return results
+
+
+# --- the run ----------------------------------------------------------------------------
+
+
+def run_formats(plan: FormatsPlan, workdir: Path, corpora: Path | None = None) -> list[Target]:
+    """Build the corpora, measure every format, print the table and ratio lines, and
+    return the targets for the caller's targets table."""
+    from bench.formats_ocr import run_ocr
+
+    started = time.perf_counter()
+    # The real files' own warnings (a cp1252 page, openpyxl's unknown extensions) are
+    # logged by every parse; they would bury the report.
+    logging.getLogger("core.ingest.parsing").setLevel(logging.ERROR)
+    root = corpora_root(corpora)
+    candidates = real_candidates(root) if root.is_dir() else {}
+    built = [
+        (
+            spec,
+            build_corpus(spec, plan, candidates.get(spec.kind, []), workdir / "corpus" / spec.kind),
+        )
+        for spec in SPECS
+    ]
+    print(
+        f"formats corpus ({root}{'' if root.is_dir() else ': absent, all generated'}), "
+        f"made in {time.perf_counter() - started:.1f} s:",
+        flush=True,
+    )
+    for spec, corpus in built:
+        size = f"{len(corpus.files)} documents, {corpus.megabytes:.2f} MB"
+        print(f"  {spec.label}: {corpus.source}; {size}")
+    results = asyncio.run(measure_all(built, plan, workdir))
+    print(flush=True)
+    print_table(
+        f"formats: one worker (in-process Worker, concurrency {WORKER_CONCURRENCY}, one parser "
+        f"process, SQLite ledger) against the bare library in this process; best of "
+        f"{plan.rounds} alternating rounds each side",
+        [
+            "format",
+            "docs",
+            "units",
+            "MB",
+            "bare s",
+            "worker s",
+            "bare rate",
+            "worker rate",
+            "ratio",
+            "worker CPU s",
+            "parser CPU s",
+            "idle",
+        ],
+        [
+            (
+                r.spec.label,
+                len(r.corpus.files),
+                r.corpus.units if r.spec.unit != "MB" else "",
+                f"{r.corpus.megabytes:.2f}",
+                f"{r.best_bare:.3f}",
+                f"{r.best_worker:.3f}",
+                r.per_s(r.best_bare),
+                r.per_s(r.best_worker),
+                fmt_ratio(r.ratio),
+                f"{r.best_round.worker_cpu_s:.2f}",
+                f"{r.best_round.parser_cpu_s:.2f}",
+                f"{100 * r.best_round.machine_idle:.0f}%",
+            )
+            for r in results
+        ],
+    )
+    print(
+        "bare = the library alone: "
+        + "; ".join(f"{spec.label} {spec.library}" for spec in SPECS)
+        + ". worker CPU = this process (event loop, aiosqlite's thread: ledger, chunks, "
+        "embedding, search index); parser CPU = the parser process (parse + chunking); "
+        "idle = share of the machine's CPU left idle during the worker round."
+    )
+    targets = []
+    for r in results:
+        per_doc_ms = 1000 * (r.best_worker - r.best_bare) / len(r.corpus.files)
+        print_ratio(
+            f"formats {r.spec.label}, worker / bare {r.spec.unit}/s",
+            r.ratio,
+            f"higher is better; {len(r.corpus.files)} documents, {r.corpus.megabytes:.2f} MB; "
+            f"the worker adds {per_doc_ms:.1f} ms a document",
+        )
+        if not r.ok:
+            bad = {k: v for k, v in r.worker[-1].outcomes.items() if k != "succeeded"}
+            print(f"WARNING formats {r.spec.label}: not every document succeeded: {bad}")
+        targets.append(
+            Target(f"formats {r.spec.label}: worker / bare library", r.ratio, RATIO_TARGET, ">=")
+        )
+    failed = sum(not r.ok for r in results)
+    targets.append(
+        Target("formats: rounds where a document did not succeed", failed, 0, "==", "count")
+    )
+    targets += run_ocr(plan.rounds == 1, workdir / "ocr")
+    print(f"(formats took {time.perf_counter() - started:.0f} s; {load_line()})", flush=True)
+    return targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.formats", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="reduced run (a few seconds)")
+    parser.add_argument("--dir", type=Path, help="parent of the work directory (default: temp)")
+    parser.add_argument(
+        "--corpora", type=Path, help="folder of real corpora (formats/, real-pdfs/)"
+    )
+    args = parser.parse_args(argv)
+    compile_bytecode()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-formats-", dir=args.dir))
+    started = time.perf_counter()
+    try:
+        print_header("bench.formats", args.quick, workdir)
+        targets = run_formats(QUICK_FORMATS if args.quick else FULL_FORMATS, workdir, args.corpora)
+        print(flush=True)
+        print_targets(targets)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"bench.formats finished in {time.perf_counter() - started:.1f} s ({load_line()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
