@@ -101,16 +101,13 @@ def readable(path: Path, kind: str) -> Sample | None:
         parsed = parse_document(data, kind)
     except ParseFailure:
         return None
-    if kind == "pdf" and not _text_layer_on_every_page(data):
-        return None
+    if kind == "pdf":
+        chars = [0] * (parsed.pages + 1)
+        for chunk in parsed.chunks:
+            chars[chunk.page or 0] += len(chunk.text.strip())
+        if min(chars[1:], default=0) < MIN_PDF_PAGE_CHARS:
+            return None
     return Sample(path.name, data, parsed.pages)
-
-
-def _text_layer_on_every_page(data: bytes) -> bool:
-    from pypdf import PdfReader
-
-    pages = PdfReader(io.BytesIO(data)).pages
-    return all(len(page.extract_text().strip()) >= MIN_PDF_PAGE_CHARS for page in pages)
 
 
 # --- generated files (no corpus folder) -------------------------------------------------
