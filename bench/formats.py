@@ -22,7 +22,10 @@ its import of the format's library) is outside the timing, measured apart by
 bench.ingest; each format's library is warmed up on both sides first. Each format has
 enough distinct copies of its files that a bare round lasts ``min_round_s``, and the
 rounds alternate bare, worker, bare, worker ...; the fastest round of each side counts,
-so a slow moment of the shared machine cannot flatter either.
+so a slow moment of the shared machine cannot flatter either. Rows are judged on wall
+time, as the issue words them; beside it the CPU of the bare library, of the worker
+process and of its parser process show where the time goes (on a loaded machine the
+worker's two processes get two shares of the CPUs, the bare library one).
 
 Then the OCR rows (:mod:`bench.formats_ocr`), skipped while no OCR engine is installed.
 
