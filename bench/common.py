@@ -110,7 +110,7 @@ class Target:
     value: float
     goal: float
     op: str  # ">=", "<=", "<" or "=="
-    show: str = "ratio"  # "ratio" (0.123x), "count" (integer) or "mb"
+    show: str = "ratio"  # "ratio" (0.123x), "count" (integer), "mb" or "seconds"
 
     @property
     def passed(self) -> bool:
@@ -129,6 +129,8 @@ class Target:
             return str(int(x))
         if self.show == "mb":
             return f"{x:.1f} MB"
+        if self.show == "seconds":
+            return f"{x:.3f} s"
         return fmt_ratio(x)
 
 

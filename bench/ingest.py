@@ -11,7 +11,10 @@ Prints, in one run, on corpora generated into a temporary folder:
 * ledger transactions per task, counted through SQLAlchemy events while an in-process
   :class:`core.ingest.worker.Worker` runs a sample of each corpus, with the wall time of each
   ledger call, of the parse and of the embedder (where a task's time goes);
-* peak RSS (VmHWM) of worker processes and of their parser processes.
+* peak RSS (VmHWM) of worker processes and of their parser processes;
+* every accepted format (DOCX, PPTX, XLSX, HTML, EPUB, CSV, PDF, Markdown, text) through
+  one worker against its bare library, and OCR through the pipeline against the bare
+  engine (:mod:`bench.formats`).
 
 The bare baselines run twice (before and after the pipelines) and the faster run
 counts, so a slow moment of the machine cannot flatter the pipeline; the small
@@ -64,6 +67,7 @@ from bench.common import (
     python_env,
     ratio,
 )
+from bench.formats import FULL_FORMATS, QUICK_FORMATS, run_formats
 from bench.ingest_light import FULL_LIGHT, QUICK_LIGHT, run_light
 from bench.ingest_runs import (
     WORKER_TIMEOUT_S,
@@ -604,6 +608,10 @@ def run(plan: Plan, quick: bool, workdir: Path) -> None:
     )
     print(flush=True)
 
+    # --- every format through one worker against its bare library, and OCR
+    format_targets = run_formats(QUICK_FORMATS if quick else FULL_FORMATS, workdir / "formats")
+    print(flush=True)
+
     # --- ratios and targets
     one_vs_bare = ratio(one.seconds, bare_large.seconds)
     one_vs_bare_cpu = ratio(one.cpu_seconds, bare_large.cpu_seconds)
@@ -661,6 +669,7 @@ def run(plan: Plan, quick: bool, workdir: Path) -> None:
             Target("parser process peak RSS", parser_mb, RSS_TARGET_MB, "<", "mb"),
             Target("runs where a document did not succeed", failed, 0, "==", "count"),
             *light_targets,
+            *format_targets,
         ]
     )
     print(
