@@ -7,9 +7,9 @@ and the OCR time of a text PDF.
 * the OCR seconds a 100-page text PDF costs (the sum of its parse's
   ``PageReading.ocr_seconds``, parsed by the real parser process): target 0.
 
-Written before ``core.ingest.ocr`` was on this branch: everything that guesses its API
-is in :func:`engine` (availability, resolution, language, tessdata). While that module
-or its engine is missing, both rows print "skipped: OCR engine not installed".
+The bare side reads with the pipeline's own settings (:func:`engine`: resolution,
+language, language data). Without the engine or its data both rows print "skipped:
+OCR engine not installed" and why.
 """
 
 from __future__ import annotations
@@ -41,38 +41,15 @@ class Engine:
 
 
 def engine() -> Engine | str:
-    """The pipeline's OCR settings, or why OCR cannot be measured.
+    """The pipeline's OCR settings (core.ingest.formats.ocr), or why OCR cannot be
+    measured: the engine or its language data is missing."""
+    from core.ingest.formats import ocr
 
-    The one place to adjust to ``core.ingest.ocr`` once it is merged: it is expected to
-    say whether its engine is available and at what resolution it renders pages.
-    """
-    try:
-        from core.ingest import ocr  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:
-        return "OCR engine not installed (core.ingest.ocr is not on this branch)"
-    for name in ("engine_available", "available", "is_available"):
-        check = getattr(ocr, name, None)
-        if callable(check):
-            answer = check()
-            ready = answer if isinstance(answer, bool) else getattr(answer, "available", answer)
-            if not ready:
-                return "OCR engine not installed"
-            break
-    try:
-        import tesserocr  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
-    except ImportError:
-        return "OCR engine not installed (tesserocr missing)"
-    dpi = int(getattr(ocr, "RENDER_DPI", getattr(ocr, "DPI", 300)))
-    language = str(getattr(ocr, "LANGUAGE", getattr(ocr, "LANG", "eng")))
-    tessdata = getattr(ocr, "TESSDATA", None) or _tessdata()
-    return Engine(dpi, language, tessdata)
-
-
-def _tessdata() -> str | None:
-    for folder in sorted(Path("/usr/share/tesseract-ocr").glob("*/tessdata"), reverse=True):
-        if (folder / "eng.traineddata").exists():
-            return str(folder) + "/"
-    return None
+    missing = ocr.unavailable_reason()
+    if missing is not None:
+        return f"OCR engine not installed ({missing})"
+    folder = ocr.tessdata_dir()
+    return Engine(ocr.OCR_DPI, ocr.OCR_LANGUAGE, None if folder is None else f"{folder}/")
 
 
 # --- documents --------------------------------------------------------------------------
