@@ -6,9 +6,10 @@ Real files come from ``<corpora>/formats`` and ``<corpora>/real-pdfs`` (document
 made by Word, LibreOffice, PowerPoint, Excel, web sites, EPUB packagers, pdfTeX, …;
 see that folder's README for their sources and licences), Markdown from this
 repository's own documents, plain text from Debian's licence texts. A file counts
-only if ingestdesk parses it (encrypted and Strict Open XML samples are refused by
-design, image-only PDFs are OCR's business, not text extraction's): the worker and
-the bare library must do the same work on every file.
+only if ingestdesk and the bare library both read it (encrypted samples are refused
+by design, a Strict Open XML DOCX is read by ingestdesk but not by python-docx,
+image-only PDFs are OCR's business, not text extraction's): the worker and the bare
+library must do the same work on every file.
 
 Copies differ in bytes that no parser reads (a zip comment, a PDF comment after
 ``%%EOF``, trailing newlines or an HTML comment): identical bytes would let the
