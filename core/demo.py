@@ -16,6 +16,9 @@ The corpus, and what each file is there to show:
   with ``parse_error`` ("retrying will not help");
 * ``scanned-receipt-no-text.pdf``: a well-formed PDF whose pages only hold drawn
   shapes, which fails with ``empty_document``;
+* ``scanned-service-contract.pdf``: a scanned page (an image, no text layer), read by
+  OCR where the engine is installed (its page shows ``ocr`` and a confidence in the
+  document view) and ``ocr_unavailable``, naming what to install, where it is not;
 * ``needs-retry-field-notes.md``: the file an operator has to retry. Its first attempt
   really runs, during ``build_demo``, while its stored original is missing from the
   object store (moved aside, as a half-finished restore or a flaky mount would leave
@@ -27,7 +30,8 @@ The corpus, and what each file is there to show:
   ``object_read_error`` otherwise.
 
 Nothing here imports a UI toolkit or reportlab (a test-only dependency): PDFs come
-from a small hand-written writer that emits standard Type 1 fonts, no embedding.
+from a small hand-written writer that emits standard Type 1 fonts, no embedding; the
+scan is drawn with Pillow's built-in font (a dependency: it decodes images for OCR).
 """
 
 from __future__ import annotations
@@ -96,6 +100,15 @@ WEEKLY_NOTES = 24  # Markdown notes "weekly-sync-NN.md"
 SCAN_BATCHES = 12  # PDFs "scan-batch-NN.pdf" of 3 to 8 pages
 CORRUPT_PDF = "scanner-output-corrupt.pdf"
 NO_TEXT_PDF = "scanned-receipt-no-text.pdf"
+SCANNED_PDF = "scanned-service-contract.pdf"
+SCANNED_LINES = (
+    "SERVICE CONTRACT 2025-117",
+    "",
+    "The supplier maintains the cooling pumps",
+    "at the north site every quarter. Each visit",
+    "is recorded in the maintenance log and",
+    "signed by the site manager.",
+)
 
 _VOCABULARY = [
     "ledger",
@@ -171,6 +184,25 @@ class DemoFile:
 
 
 # ------------------------------------------------------------------ PDF writer
+
+
+def scanned_pdf(lines: Sequence[str]) -> bytes:
+    """A one-page PDF holding only a picture of ``lines`` (what a scanner makes: no
+    text layer), the same bytes on every run (its dates are fixed)."""
+    import io
+
+    from PIL import Image, ImageDraw, ImageFont
+
+    dpi = 200
+    page = Image.new("L", (dpi * 17 // 2, dpi * 11 // 2), 255)  # half a US Letter page
+    draw = ImageDraw.Draw(page)
+    font = ImageFont.load_default(size=40)
+    for number, line in enumerate(lines):
+        draw.text((150, 150 + 70 * number), line, fill=0, font=font)
+    fixed = time.struct_time((2025, 1, 1, 0, 0, 0, 2, 1, 0))
+    out = io.BytesIO()
+    page.save(out, "PDF", resolution=dpi, creationDate=fixed, modDate=fixed)
+    return out.getvalue()
 
 
 def _pdf_escape(line: str) -> str:
@@ -282,6 +314,7 @@ def generate_corpus(seed: int = DEMO_SEED) -> list[DemoFile]:
         files.append(DemoFile(f"weekly-sync-{n:02}.md", f"# Weekly sync {n}\n\n{body}\n".encode()))
         if n == WEEKLY_NOTES // 2:
             files.append(DemoFile(NO_TEXT_PDF, pdf_document([[], []], drawings_only=True)))
+            files.append(DemoFile(SCANNED_PDF, scanned_pdf(SCANNED_LINES)))
     for n in range(1, SCAN_BATCHES + 1):
         files.append(_pdf(rng, f"scan-batch-{n:02}.pdf", rng.randint(3, 8), f"Scan batch {n}"))
     files.append(big[2])

@@ -13,11 +13,14 @@ from core.demo import (
     CORRUPT_PDF,
     NO_TEXT_PDF,
     RETRY_DOCUMENT,
+    SCANNED_PDF,
     build_demo_async,
     generate_corpus,
 )
+from core.ingest.formats import ocr
 from core.ingest.parsing import ParseFailure, parse_document
 from core.ingest.sniffing import sniff_kind
+from core.states import PageDecision
 
 
 def test_corpus_is_deterministic_and_parses_as_promised() -> None:
@@ -37,9 +40,26 @@ def test_corpus_is_deterministic_and_parses_as_promised() -> None:
                 ErrorCode.PARSE_ERROR if item.name == CORRUPT_PDF else ErrorCode.EMPTY_DOCUMENT
             )
             assert failure.value.code is expected
+        elif item.name == SCANNED_PDF:
+            _read_as_a_scan(item.data)
         else:
             pages[item.name] = parse_document(item.data, kind).pages
     assert {1, 5, 20, 60} <= set(pages.values())
+
+
+def _read_as_a_scan(data: bytes) -> None:
+    """The demo's scan is read by OCR where the engine is installed; where it is not,
+    it fails with the code that names what to install."""
+    if ocr.unavailable_reason() is not None:
+        with pytest.raises(ParseFailure) as failure:
+            parse_document(data, "pdf")
+        assert failure.value.code is ErrorCode.OCR_UNAVAILABLE
+        return
+    parsed = parse_document(data, "pdf")
+    (reading,) = parsed.readings
+    assert reading.decision is PageDecision.OCR and (reading.confidence or 0) > 80, reading
+    text = " ".join(c.text for c in parsed.chunks)
+    assert "SERVICE CONTRACT 2025-117" in text and "cooling pumps" in text, text
 
 
 async def test_demo_ledger_has_a_task_that_needs_a_retry(tmp_path: Path) -> None:

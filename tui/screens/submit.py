@@ -84,8 +84,9 @@ class SubmitScreen(ModalScreen[str | None]):
             yield Label("Submit files", classes="dialog-title")
             yield Label(
                 f"Paths relative to {visible(str(self.base))}, separated by spaces (quote "
-                "names with spaces). → accepts a completion. PDF, Markdown and text are "
-                "accepted.",
+                "names with spaces). → accepts a completion. Accepted: PDF, Word, "
+                "PowerPoint, Excel, HTML, EPUB, CSV, PNG/JPEG/TIFF scans, Markdown and "
+                "text (recognised by content; `ingestdesk formats` lists them).",
                 classes="dialog-body",
                 markup=False,
             )
