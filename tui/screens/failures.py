@@ -72,6 +72,7 @@ class FailuresScreen(Screen[None]):
         self.awaiting: list[ProviderRequestView] = []  # as of the last read
         self._loaded_at = float("-inf")  # monotonic
         self._stale = False
+        self._tasks_loading = False
 
     @property
     def desk(self) -> Desk:
@@ -125,6 +126,7 @@ class FailuresScreen(Screen[None]):
             groups = await self.desk.reads.failure_groups()
         except Exception as exc:  # the ledger's refusal, or a row it cannot read
             self.notify(failure_line(exc), severity="error", title="cannot load the failures")
+            self._stale = True  # a later poll tries again
             return
         table = self.query_one("#failure-groups", DataTable)
         selected = self.current_group
@@ -227,13 +229,17 @@ class FailuresScreen(Screen[None]):
 
     @work(exclusive=True, group="failure-tasks", exit_on_error=False, description="load group")
     async def load_tasks(self, group: FailureGroup, reset_cursor: bool) -> None:
+        self._tasks_loading = True
         try:
             tasks = await self.desk.reads.list_tasks(
                 status=TaskStatus.FAILED, error_code=group.error_code, limit=GROUP_TASKS_MAX
             )
         except Exception as exc:
             self.notify(failure_line(exc), severity="error", title="cannot load the group")
+            self._stale = True
             return
+        finally:
+            self._tasks_loading = False
         table = self.query_one("#failure-tasks", DataTable)
         keep = None if reset_cursor else table.cursor_row
         self.tasks = {t.task_id: t for t in tasks if t.stage is group.stage}
@@ -254,7 +260,13 @@ class FailuresScreen(Screen[None]):
     def on_ledger_changed(self, message: LedgerChanged) -> None:
         # Polls arrive even when nothing changed, so a reload held back by the
         # throttle still happens on a later one.
-        if any(t.status is TaskStatus.FAILED or t.task_id in self.tasks for t in message.tasks):
+        # While the group's tasks are being read, which tasks it shows is not known
+        # yet: any change may be one of them leaving (a resend right after the group
+        # opened left the group on screen for good on a loaded machine).
+        shown_may_change = bool(message.tasks) and self._tasks_loading
+        if shown_may_change or any(
+            t.status is TaskStatus.FAILED or t.task_id in self.tasks for t in message.tasks
+        ):
             self._stale = True
         if self._stale and time.monotonic() - self._loaded_at >= RELOAD_AFTER_S:
             self._stale = False

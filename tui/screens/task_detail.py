@@ -130,6 +130,15 @@ def request_rows(requests: Sequence[ProviderRequestView]) -> list[tuple[str, Tex
     return rows
 
 
+def chunk_where(chunk: ChunkView) -> str:
+    """Where a chunk is, in the document's own terms: a slide and its notes, a sheet's
+    rows, a footnote under a heading; ``page 3`` for a page, ``text`` for a file
+    without pages (slides and sheets once all read ``text`` here)."""
+    if set(chunk.location) - {"page"}:
+        return chunk.place
+    return f"page {chunk.page}" if chunk.page is not None else "text"
+
+
 class TaskDetailScreen(Screen[None]):
     """All there is to know about one task."""
 
@@ -351,7 +360,7 @@ class TaskDetailScreen(Screen[None]):
             return Text(why, style="dim")
         text = Text()
         for chunk in chunks:
-            page = f"page {chunk.page}" if chunk.page is not None else "text"
+            page = chunk_where(chunk)
             text.append(
                 f"#{chunk.ordinal} {page} [{chunk.char_start}:{chunk.char_end}]\n", style="bold"
             )
