@@ -17,16 +17,7 @@ def summary_lines(summary: PageSummary) -> list[str]:
     """The ``pages`` and ``flagged`` header lines (none for a version without pages)."""
     if not summary.pages:
         return []
-    counts = ", ".join(
-        f"{n} {word}"
-        for n, word in (
-            (summary.text, "text"),
-            (summary.ocr, "ocr"),
-            (summary.ocr_empty, "ocr_empty"),
-            (summary.skipped, "skipped"),
-        )
-        if n
-    )
+    counts = summary.by_decision
     confidence = (
         f"; OCR confidence lowest {summary.ocr_min_confidence:.1f}, "
         f"mean {summary.ocr_mean_confidence:.1f}, {summary.ocr_seconds:.1f}s of OCR"

@@ -113,6 +113,17 @@ class PageSummary:
     skipped_pages: tuple[int, ...] = field(default_factory=tuple)
 
     @property
+    def by_decision(self) -> str:
+        """The pages by decision, the empty ones left out: ``480 text, 3 ocr``."""
+        counts = (
+            (self.text, "text"),
+            (self.ocr, "ocr"),
+            (self.ocr_empty, "ocr_empty"),
+            (self.skipped, "skipped"),
+        )
+        return ", ".join(f"{n} {word}" for n, word in counts if n)
+
+    @property
     def flagged(self) -> bool:
         """Whether a person must accept the pages before the version is published."""
         return self.low > 0 or self.skipped > 0

@@ -118,17 +118,7 @@ def summary_text(diff: VersionDiff, now: float, pages: PageSummary | None = None
 def pages_line(pages: PageSummary) -> Text:
     """``read: 480 text, 3 ocr (lowest 42.0)`` and, if flagged, why."""
     out = Text(no_wrap=True, overflow="ellipsis")
-    counts = [
-        f"{n} {word}"
-        for n, word in (
-            (pages.text, "text"),
-            (pages.ocr, "ocr"),
-            (pages.ocr_empty, "ocr_empty"),
-            (pages.skipped, "skipped"),
-        )
-        if n
-    ]
-    out.append("read: " + ", ".join(counts))
+    out.append("read: " + pages.by_decision)
     if pages.ocr_min_confidence is not None:
         out.append(f" (lowest confidence {pages.ocr_min_confidence:.1f})")
     if pages.reason is not None:
