@@ -308,11 +308,18 @@ def test_three_looping_workers_ride_out_a_postgres_restart_mid_batch(
     quit_code: int | None = -1
     try:
         wait_for(lambda: counts(settings).get("succeeded", 0) >= 2, "the batch under way")
+        # Every worker has opened the ledger before it goes away: the dashboard's can
+        # make the batch move while the processes are still starting, and a worker
+        # started during an outage exits 75 by design (for its service manager).
         wait_for(
             lambda: (
                 len(workers_seen_since(settings, dashboard.worker_prefix, 0.0)) == DASHBOARD_WORKERS
             ),
             "the dashboard's workers registered",
+        )
+        wait_for(
+            lambda: len(workers_seen_since(settings, "drill-", 0.0)) == DRILL_WORKERS,
+            "the worker processes registered",
         )
         before = counts(settings)
         pg_server.stop("immediate")

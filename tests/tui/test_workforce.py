@@ -303,8 +303,10 @@ def test_quitting_after_an_outage_prints_no_traceback(
     )
     docs = tmp_path / "docs"
     docs.mkdir()
+    # Long enough that the batch is seen mid-way: 40 three-page PDFs were once all done
+    # between two looks on a loaded machine, and the test never got to stop the server.
     for n in range(40):
-        (docs / f"report-{n}.pdf").write_bytes(make_pdf([f"Quarterly figures {n}"] * 3))
+        (docs / f"report-{n}.pdf").write_bytes(make_pdf([f"Quarterly figures {n}"] * 60))
     cli = [sys.executable, "-c", "from tui.cli import main; raise SystemExit(main())"]
     added = subprocess.run(
         [*cli, "add", *sorted(map(str, docs.iterdir()))], env=env, capture_output=True, timeout=120
