@@ -60,7 +60,9 @@ def assert_clean(app: IngestDeskApp) -> None:
 async def add_pdfs(ledger: Ledger, count: int) -> list[str]:
     ids = []
     for n in range(count):
-        pdf = make_pdf([f"Quarterly figures {n}", f"Lighthouse keeper {n}"])
+        # 40 pages: a batch of two-page PDFs could be done between two looks on a
+        # loaded machine, and the outage test never saw it under way.
+        pdf = make_pdf([f"Quarterly figures {n}", f"Lighthouse keeper {n}"] * 20)
         document = await ledger.operator.upload(pdf, f"report-{n}.pdf")
         ids.append((await ledger.operator.submit(document.document_id, actor="t")).task_id)
     return ids
