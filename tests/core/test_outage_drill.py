@@ -13,6 +13,7 @@ must run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pty
@@ -227,9 +228,8 @@ class Dashboard:
         """Press q; the exit code (None: still running after WAIT_S, then killed)."""
         if self.alive():
             os.write(self.fd, b"q")
-            deadline = time.monotonic() + WAIT_S
-            while self.alive() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            with contextlib.suppress(AssertionError):  # still running: killed below
+                wait_for(lambda: not self.alive(), "the dashboard to quit")
         if self.alive():
             os.kill(self.pid, 9)
             os.waitpid(self.pid, 0)
@@ -333,8 +333,8 @@ def test_three_looping_workers_ride_out_a_postgres_restart_mid_batch(
         # The dashboard's workers too are at work again, nobody having pressed ^r.
         wait_for(
             lambda: (
-                (seen := workers_seen_since(settings, dashboard.worker_prefix, restarted_at))
-                and len(seen) == DASHBOARD_WORKERS
+                len(seen := workers_seen_since(settings, dashboard.worker_prefix, restarted_at))
+                == DASHBOARD_WORKERS
                 and all(seen.values())
             ),
             "the dashboard's workers heartbeating after the restart",
