@@ -11,7 +11,6 @@ installed (`apt-get install tesseract-ocr-eng`; .ci/run installs it).
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import struct
@@ -37,6 +36,7 @@ from core.ingest.parsing import ParsedDocument, ParseFailure, parse_document
 from core.ingest.sniffing import sniff_kind
 from core.states import DocumentKind, ErrorCode, PageDecision
 from tests import hostile
+from tests.core.test_formats_end_to_end import _cli
 
 SCANS = Path(__file__).parent / "data" / "scans"
 SAMPLE_FILES = Path("/work/shared/corpora/real-pdfs")
@@ -603,21 +603,6 @@ def test_the_processing_key_changes_with_the_ocr_engine_language_data_and_dpi(
 
 
 # --- through a worker -----------------------------------------------------------------
-
-
-def _cli(db_url: str, store: Path, *args: str) -> object:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INGESTDESK_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "core.cli", "--db", db_url, "--store", str(store), "--json", *args],
-        capture_output=True,
-        env=env,
-        input=b"",
-        timeout=600,
-        check=False,
-        cwd=store.parent,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    return json.loads(proc.stdout)
 
 
 @needs_engine
