@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BeforeValidator
+from starlette.responses import JSONResponse, Response
 
 from core.api.auth import Operator, Viewer
 from core.api.context import filtered_reads_of, ledger_of
@@ -69,7 +70,7 @@ Blank = BeforeValidator(_blank_is_absent)
 NOT_FOUND = {404: "no task has this id"}
 
 
-@router.get("", summary="Tasks, newest first, a page at a time")
+@router.get("", summary="Tasks, newest first, a page at a time", response_model=dict[str, Any])
 async def list_tasks(
     request: Request,
     caller: Viewer,
@@ -80,7 +81,7 @@ async def list_tasks(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
-) -> dict[str, Any]:
+) -> Response:
     """``next_cursor`` continues after this page (null on the last page)."""
     task_filter = parse_filter(filter) if filter is not None else None
     reads = ledger_of(request).reads
@@ -93,12 +94,18 @@ async def list_tasks(
             limit=limit + 1,  # one more tells whether another page follows
             before=decode_cursor(cursor) if cursor else None,
         )
-    page = tasks[:limit]
-    more = len(tasks) > limit
-    return {
-        "tasks": [t.to_dict() for t in page],
-        "next_cursor": encode_cursor(TaskPosition.of(page[-1])) if more else None,
-    }
+        page = tasks[:limit]
+        more = len(tasks) > limit
+        # Rendered here, straight from plain dicts: FastAPI's own encoding walks every
+        # value of a 100-task page again (~5 ms of CPU on the event loop, where
+        # json.dumps takes ~0.5), and a client sending the largest filter back to back
+        # would make every other caller wait that long (bench.api's hostile row).
+        return JSONResponse(
+            {
+                "tasks": [t.to_dict() for t in page],
+                "next_cursor": encode_cursor(TaskPosition.of(page[-1])) if more else None,
+            }
+        )
 
 
 @router.get("/{task_id}", summary="One task", responses=responses(NOT_FOUND))
