@@ -35,7 +35,7 @@ from core.ingest.reconcile import (
     record_result,
     split_vectors,
 )
-from core.ledger import Claim, IndexKey, Intent, Ledger, ProviderRequestView
+from core.ledger import Claim, IndexKey, IndexView, Intent, Ledger, ProviderRequestView
 from core.states import REQUEST_RESULT_STATES, REQUEST_SENDABLE_STATES, RequestState
 from core.store import ObjectStore
 
@@ -114,6 +114,34 @@ def index_key_of(provider: Embedder | RemoteProvider) -> IndexKey:
         provider.dimensions,
         dict(options),
     )
+
+
+def embedder_for_index(index: IndexView) -> Embedder | RemoteProvider:
+    """An embedder made from an index's definition (kind, model, dimensions,
+    options), to make that index's vectors.
+
+    Raises:
+        ProviderUnavailable: this process cannot make that kind of embedder.
+    """
+    if index.embedder == "hashed":
+        return HashingEmbedder(index.dimensions)
+    raise ProviderUnavailable(
+        f"this worker cannot make {index.embedder} vectors (index {index.name})"
+    )
+
+
+def index_key_for_spec(spec: str) -> IndexKey:
+    """The index an embedder named on the command line makes vectors for.
+
+    Raises:
+        BadInput: not an embedder this process can make.
+    """
+    from core.errors import BadInput
+
+    kind, _, dims = spec.strip().partition(":")
+    if kind != "hashed" or (dims and not dims.isdigit()):
+        raise BadInput(f"unknown embedder {spec[:60]!r}: the embedders are hashed[:DIMS]")
+    return index_key_of(HashingEmbedder(int(dims) if dims else 256))
 
 
 def embedding_for(

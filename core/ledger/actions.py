@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import Row, insert, select, text, update
+from sqlalchemy import Row, and_, case, insert, literal, or_, select, text, update
 from sqlalchemy.engine import Connection
 
 from core.config import Settings
@@ -366,12 +366,15 @@ class Operator:
             if row.previous_status == TaskStatus.RUNNING.value:
                 # Its twins and the tasks waiting on a request it sent go on now.
                 wake_waiters_of(conn, resolved, row.attempt, row.processing_key, now)
-            rows.move_document(
-                conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT, at=now
-            )
-            # A draft never keeps a half-built index from the abandoned run.
-            drop_chunks(conn, row.document_id)
-            drop_pages(conn, [row.document_id])
+            if row.index_id is None:
+                rows.move_document(
+                    conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT, at=now
+                )
+                # A draft never keeps a half-built index from the abandoned run.
+                drop_chunks(conn, row.document_id)
+                drop_pages(conn, [row.document_id])
+            # (A re-embedding task's version keeps its status, chunks and vectors: its
+            # vectors in the campaign's index are written only when it succeeds.)
             rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
             return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))
 
@@ -434,6 +437,8 @@ class Operator:
         documents: dict[str, DocumentStatus | None] = {}
 
         def document_failed(t: TaskView) -> bool:
+            if t.index_id is not None:  # re-embedding: the version only has to be there
+                return documents.get(t.document_id) is not None
             return documents.get(t.document_id) is DocumentStatus.FAILED
 
         def why(t: TaskView) -> str:
@@ -555,18 +560,28 @@ def requeue_failed(
         .where(DOCUMENTS.c.status == DocumentStatus.FAILED.value)
         .exists()
     )
+    # A re-embedding task never moved its document: it is retried while the version
+    # is there to embed (and the version stays as it is).
+    doc_there = select(DOCUMENTS.c.id).where(DOCUMENTS.c.id == TASKS.c.document_id).exists()
+    retryable = or_(
+        and_(TASKS.c.index_id.is_(None), doc_failed),
+        and_(TASKS.c.index_id.is_not(None), doc_there),
+    )
     row = conn.execute(
         update(TASKS)
         .where(TASKS.c.id == task_id)
         .where(TASKS.c.status == TaskStatus.FAILED.value)
-        .where(doc_failed)
+        .where(retryable)
         .values(
             status=TaskStatus.QUEUED.value,
             # A human decided to try again: the automatic retry budget starts
             # afresh from the attempt the task has reached.
             max_attempts=TASKS.c.attempt + max_attempts,
             previous_status=TASKS.c.status,
-            stage=Stage.DOWNLOAD.value,
+            stage=case(
+                (TASKS.c.index_id.is_(None), literal(Stage.DOWNLOAD.value)),
+                else_=literal(Stage.EMBEDDING.value),
+            ),
             completed=0,
             total=1,
             error_code=None,
@@ -582,8 +597,9 @@ def requeue_failed(
     ).first()
     if row is None:
         raise Conflict(_why_not_retry(conn, rows.task_row(conn, task_id)))
-    rows.move_document(
-        conn, row.document_id, DocumentStatus.FAILED, DocumentStatus.PROCESSING, at=now
-    )
+    if row.index_id is None:
+        rows.move_document(
+            conn, row.document_id, DocumentStatus.FAILED, DocumentStatus.PROCESSING, at=now
+        )
     rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
     return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))

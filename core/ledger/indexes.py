@@ -50,6 +50,9 @@ class IndexKey:
     dimensions: int
     options: Mapping[str, str] = field(default_factory=dict)
 
+    def __hash__(self) -> int:  # options is a dict: hashed by its canonical text
+        return hash((self.embedder, self.model, self.version, self.dimensions, self.options_json()))
+
     def options_json(self) -> str:
         return json.dumps(dict(self.options), sort_keys=True, separators=(",", ":"))
 
@@ -107,7 +110,7 @@ class IndexRevision:
     last_vector_id: int
 
 
-def _view(row: Any, vectors: int = 0) -> IndexView:
+def index_view(row: Any, vectors: int = 0) -> IndexView:
     return IndexView(
         id=row.id,
         name=row.name,
@@ -130,7 +133,7 @@ def _counts(conn: Connection) -> dict[int, int]:
     return {index_id: n for index_id, n in rows}
 
 
-def _find(conn: Connection, name_or_id: str | int) -> Any:
+def index_row(conn: Connection, name_or_id: str | int) -> Any:
     if isinstance(name_or_id, int) or str(name_or_id).isdigit():
         row = conn.execute(select(INDEXES).where(I.id == int(name_or_id))).first()
         if row is not None:
@@ -144,7 +147,7 @@ def _find(conn: Connection, name_or_id: str | int) -> Any:
 def active_index(conn: Connection) -> IndexView | None:
     """The index search answers from, read in the caller's transaction."""
     row = conn.execute(select(INDEXES).where(I.state == IndexState.ACTIVE.value)).first()
-    return None if row is None else _view(row)
+    return None if row is None else index_view(row)
 
 
 def note_vectors_deleted(conn: Connection, chunk_ids_sql: Any) -> None:
@@ -253,7 +256,7 @@ class Indexes:
         def tx(conn: Connection) -> list[IndexView]:
             counts = _counts(conn)
             rows = conn.execute(select(INDEXES).order_by(I.id))
-            return [_view(r, counts.get(r.id, 0)) for r in rows]
+            return [index_view(r, counts.get(r.id, 0)) for r in rows]
 
         return await self._tx.read(tx)
 
@@ -262,9 +265,9 @@ class Indexes:
         NotFound: no index has that name or id."""
 
         def tx(conn: Connection) -> IndexView:
-            row = _find(conn, name_or_id)
+            row = index_row(conn, name_or_id)
             n = conn.execute(select(func.count()).where(V.index_id == row.id)).scalar_one()
-            return _view(row, n)
+            return index_view(row, n)
 
         return await self._tx.read(tx)
 
@@ -278,7 +281,7 @@ class Indexes:
 
         def tx(conn: Connection) -> IndexView:
             index_id = ensure_index(conn, key, self.clock(), name=name)
-            return _view(_find(conn, index_id))
+            return index_view(index_row(conn, index_id))
 
         return await self._tx.write(tx)
 

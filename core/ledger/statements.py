@@ -78,6 +78,7 @@ TASK_COLUMNS = (
     TASKS.c.updated_at,
     TASKS.c.revision,
     TASKS.c.options,
+    TASKS.c.index_id,
 )
 
 # The fence: the row is still running, at the attempt this worker claimed, by it.
@@ -106,6 +107,7 @@ _CLAIM_RETURNING = (
     TASKS.c.stage,
     TASKS.c.error_code,
     TASKS.c.created_at,
+    TASKS.c.index_id,
 )
 _CLAIM_SET = update(TASKS).values(
     status=TaskStatus.RUNNING.value,
