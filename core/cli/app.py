@@ -12,6 +12,7 @@ from typing import Any
 
 from core.cli import (
     documents,
+    embedders,
     formats,
     maintenance,
     provider,
@@ -61,6 +62,7 @@ CORE_COMMANDS: tuple[Command, ...] = (
     documents.SEARCH,
     tasks.ERROR_CODES,
     formats.FORMATS_COMMAND,
+    embedders.EMBEDDERS_COMMAND,
     worker.WORKER,
     review.RECONCILE,
     review.REVIEW,
