@@ -23,8 +23,8 @@ How a vector is made (``POOLING_VERSION`` names this recipe):
 
 Long texts are never cut. WordLlama 0.4 turns its tokenizer's truncation off at
 inference: every token counts, however long the text (it was trained on texts of up
-to ``TRAINED_MAX_TOKENS`` tokens; the default 1000-character chunk of real documents
-is ~220 tokens on average, a third of them over 256, measured on the shared corpus).
+to ``TRAINED_MAX_TOKENS`` tokens; the default chunks, at most 1000 characters, of real
+documents are ~215 tokens on average, a third of them over 256: bench.embedders).
 A mean over windows of a text would be the same mean, so windows change nothing for
 the vector; they bound the work. Llama's tokenizer has no pre-tokenizer, so BPE runs
 over the whole text as one piece: a 4 MB chunk took 4 s and 240 MB. A text longer
