@@ -93,10 +93,10 @@ def pipeline_side(texts: Sequence[str]) -> Callable[[], object]:
 
 
 def bare_side(texts: Sequence[str]) -> Callable[[], object]:
-    from wordllama import WordLlama
-
     from core.ingest.pipeline import EMBED_BATCH
-    from core.ingest.wordllama_embedder import package_dir
+    from core.ingest.wordllama_embedder import _import_wordllama, package_dir
+
+    WordLlama = _import_wordllama()  # as the embedder imports it, without its logging setup
 
     model = WordLlama.load(dim=256, cache_dir=package_dir(), disable_download=True)
     listed = list(texts)

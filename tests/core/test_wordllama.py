@@ -102,8 +102,7 @@ async def test_vectors_are_normalised_little_endian_float32(embedder: WordLlamaE
 
 
 async def test_agrees_with_wordllama_own_embed(embedder: WordLlamaEmbedder) -> None:
-    from wordllama import WordLlama
-
+    WordLlama = wordllama_embedder._import_wordllama()  # without its logging setup
     folder = wordllama_embedder.package_dir()
     assert folder is not None
     bare = WordLlama.load(dim=256, cache_dir=folder, disable_download=True)
@@ -303,3 +302,30 @@ def test_thread_safety_of_embedding_from_many_threads(embedder: WordLlamaEmbedde
     for thread in threads:
         thread.join()
     assert results == [expected] * 3
+
+
+async def test_a_worker_stores_wordllama_vectors(tmp_path: Path) -> None:
+    """Through the real pipeline: a burst worker on a SQLite ledger stores exactly
+    the vectors the embedder gives, and the task records the embedder's version."""
+    from core import Settings, sqlite_url
+    from core.ingest.parse_pool import ParserPool
+    from core.ingest.worker import Worker
+    from core.ledger import Ledger
+    from core.states import TaskStatus
+
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
+    text = "\n\n".join(sorted(real_chunks(), key=len)[-6:]).encode()
+    embedder = WordLlamaEmbedder()
+    async with await Ledger.open(settings) as ledger, ParserPool(workers=1) as pool:
+        doc = await ledger.operator.upload(text, "alice.txt")
+        task_id = (await ledger.operator.submit(doc.document_id)).task_id
+        await Worker(ledger, "w-wordllama", pool=pool, embedder=embedder).run(until_idle=True)
+        task = await ledger.reads.get_task(task_id)
+        assert task.status is TaskStatus.SUCCEEDED, task.error_code
+        records = await ledger.reads.chunk_records(doc.document_id)
+    assert len(records) > 1
+    assert [r.embedding for r in records] == embedder.embed_now([r.text for r in records])
+    assert (task.options["embedder"], task.options["embedder_version"]) == (
+        "wordllama",
+        embedder.version,
+    )
