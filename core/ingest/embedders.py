@@ -19,11 +19,10 @@ A spec is ``KIND[:MODEL][?KEY=VALUE&...]``:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
-from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from core.errors import BadInput
@@ -51,25 +50,41 @@ OPENAI_DIMENSIONS = {
 OPENAI_NOT_WIRED = "not available yet in this ingestdesk"
 
 
+class Options(dict[str, str]):
+    """A spec's options: a read-only dict, sorted by key, hashable. Being a dict,
+    it goes through ``json.dumps``, ``dataclasses.asdict``, pickle and deepcopy."""
+
+    def __init__(self, items: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__(sorted(dict(items).items()))
+
+    def _read_only(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("an embedder spec's options cannot be changed")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self.items()))
+
+    def __reduce__(self) -> tuple[type[Options], tuple[dict[str, str]]]:
+        return Options, (dict(self),)
+
+
 @dataclass(frozen=True)
 class EmbedderSpec:
     """What makes an index's vectors: an embedder kind, its model, the dimensions and
     the options that change the vectors or where they come from.
 
-    ``options`` is read-only (a mapping proxy, sorted by key); ``dict(spec.options)``
-    for JSON.
+    ``options`` is an :class:`Options`: a read-only dict, sorted by key.
     """
 
     embedder: str
     model: str
     dimensions: int
-    options: Mapping[str, str] = field(default_factory=dict, hash=False)
+    options: Mapping[str, str] = field(default_factory=Options)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "options", MappingProxyType(dict(sorted(self.options.items()))))
-
-    def __hash__(self) -> int:
-        return hash((self.embedder, self.model, self.dimensions, tuple(self.options.items())))
+        object.__setattr__(self, "options", Options(self.options))
 
     @classmethod
     def parse(cls, text: str) -> EmbedderSpec:

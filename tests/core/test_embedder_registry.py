@@ -3,7 +3,10 @@ and ``ingestdesk embedders``."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -81,10 +84,33 @@ def test_specs_parse_and_write_back_in_one_canonical_form(text: str) -> None:
 
 
 def test_a_spec_cannot_be_changed_through_its_options() -> None:
-    spec = EmbedderSpec("openai", "m", 8, {"url": URL})
-    with pytest.raises(TypeError):
-        spec.options["url"] = "http://elsewhere/v1"  # type: ignore[index]
-    assert json.dumps(dict(spec.options)) == json.dumps({"url": URL})
+    spec = EmbedderSpec("openai", "m", 8, {"url": URL, "batch": "32"})
+    for change in (
+        lambda o: o.__setitem__("url", "http://elsewhere/v1"),
+        lambda o: o.update(url="http://elsewhere/v1"),
+        lambda o: o.pop("url"),
+        lambda o: o.clear(),
+        lambda o: o.setdefault("x", "y"),
+    ):
+        with pytest.raises(TypeError, match="cannot be changed"):
+            change(spec.options)
+    assert dict(spec.options) == {"batch": "32", "url": URL}
+
+
+def test_a_spec_travels_as_json_pickle_and_copies() -> None:
+    spec = EmbedderSpec.parse(f"openai:m?dimensions=8&url={URL}&batch=32")
+    assert json.loads(json.dumps(dataclasses.asdict(spec))) == {
+        "embedder": "openai",
+        "model": "m",
+        "dimensions": 8,
+        "options": {"batch": "32", "url": URL},
+    }
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    assert copy.deepcopy(spec) == spec
+    assert dataclasses.replace(spec, dimensions=16).text() == (
+        f"openai:m?batch=32&dimensions=16&url={URL}"
+    )
+    assert len({spec, EmbedderSpec.parse(spec.text())}) == 1
 
 
 REFUSED = {
