@@ -117,31 +117,30 @@ def index_key_of(provider: Embedder | RemoteProvider) -> IndexKey:
 
 
 def embedder_for_index(index: IndexView) -> Embedder | RemoteProvider:
-    """An embedder made from an index's definition (kind, model, dimensions,
-    options), to make that index's vectors.
+    """An embedder made from an index's definition, to make that index's vectors.
 
     Raises:
-        ProviderUnavailable: this process cannot make that kind of embedder.
+        ProviderUnavailable: this process cannot make that kind of embedder (what
+            it needs is not installed): another worker may.
     """
-    if index.embedder == "hashed":
-        return HashingEmbedder(index.dimensions)
-    raise ProviderUnavailable(
-        f"this worker cannot make {index.embedder} vectors (index {index.name})"
-    )
+    from core.errors import BadInput
+    from core.ingest.embedders import embedder_for, spec_of_index
+
+    try:
+        return embedder_for(spec_of_index(index))
+    except BadInput as exc:
+        raise ProviderUnavailable(f"index {index.name}: {exc.message}") from None
 
 
 def index_key_for_spec(spec: str) -> IndexKey:
     """The index an embedder named on the command line makes vectors for.
 
     Raises:
-        BadInput: not an embedder this process can make.
+        BadInput: not an embedder, or not one this process can make.
     """
-    from core.errors import BadInput
+    from core.ingest.embedders import EmbedderSpec, embedder_for
 
-    kind, _, dims = spec.strip().partition(":")
-    if kind != "hashed" or (dims and not dims.isdigit()):
-        raise BadInput(f"unknown embedder {spec[:60]!r}: the embedders are hashed[:DIMS]")
-    return index_key_of(HashingEmbedder(int(dims) if dims else 256))
+    return index_key_of(embedder_for(EmbedderSpec.parse(spec)))
 
 
 def embedding_for(

@@ -59,7 +59,9 @@ class IndexKey:
     def default_name(self) -> str:
         """``wordllama-256``, ``openai-text-embedding-3-small-1536``: readable, and
         unique enough that a clash only adds a suffix."""
-        parts = [self.embedder, self.model, str(self.dimensions)]
+        # A local kind has one model (core.ingest.embedders): its name says enough.
+        model = "" if self.embedder in {"hashed", "wordllama"} else self.model
+        parts = [self.embedder, model, str(self.dimensions)]
         return "-".join(p for p in parts if p).replace("/", "-")[:120]
 
 
