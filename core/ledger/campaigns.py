@@ -45,6 +45,7 @@ from core.ledger.indexes import (
 )
 from core.ledger.schema import CHUNK_VECTORS, CHUNKS, DOCUMENTS, INDEXES, TASKS
 from core.ledger.transactions import Transactions
+from core.ledger.views import Claim
 from core.states import DocumentStatus, IndexState, Stage, TaskStatus
 
 I = INDEXES.c  # noqa: E741
@@ -233,6 +234,31 @@ def replace_vectors(
     return True
 
 
+class ChunksChanged(Exception):
+    """Rolls a re-embedding finish back: the version's chunks changed under it."""
+
+
+def finish_in(
+    conn: Connection,
+    claim: Claim,
+    index_id: int,
+    vectors: Mapping[int, bytes],
+    params: Mapping[str, Any],
+    now: float,
+) -> str:
+    """See WorkQueue.finish_reembedding (its transaction)."""
+    from core.ledger.statements import FINISH
+
+    found = FINISH.rows(conn, params)
+    if not found:
+        return "lost"
+    if vectors and not replace_vectors(conn, index_id, claim.document_id, vectors):
+        raise ChunksChanged
+    settle(conn, index_id, now)
+    rows.record_events(conn, [found[0]._asdict()], actor=claim.worker_id, at=now)
+    return "succeeded"
+
+
 class Campaigns:
     """An operator's side of indexes: create one (and its campaign), resume, cancel,
     activate, drop; and each campaign's progress."""
@@ -291,7 +317,7 @@ class Campaigns:
                     select(T.id).where(T.index_id == row.id, T.status == TaskStatus.FAILED.value)
                 ).scalars()
             )
-            from core.ledger.actions import requeue_failed
+            from core.ledger.requeue import requeue_failed
 
             for task_id in failed:
                 # A failed task whose version is gone stays failed (Conflict), and

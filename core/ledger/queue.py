@@ -16,20 +16,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, case, literal, text, update
+from sqlalchemy import Row, update
 from sqlalchemy.engine import Connection
 
 from core.config import Settings
 from core.errors import ERROR_DETAIL_MAX, BadInput, ClaimBug
 from core.ledger import campaigns, rows
-from core.ledger.indexes import IndexKey, ensure_index, insert_vectors
+from core.ledger.chunk_writes import replace_chunks
+from core.ledger.indexes import IndexKey, ensure_index
 from core.ledger.pages import PageLike, drop_pages, replace_pages
 from core.ledger.provider_requests import (
     request_goes_on,
     request_in_flight,
     waiting_reason,
 )
-from core.ledger.schema import DOCUMENTS, RUNNING_SQL, TASKS
+from core.ledger.schema import DOCUMENTS, TASKS
 from core.ledger.statements import (
     CLAIM_NEXT,
     CLAIM_NEXT_SKIP_LOCKED,
@@ -40,8 +41,6 @@ from core.ledger.statements import (
     HEARTBEAT,
     HELD,
     HOLD_KEY,
-    INDEX_CHUNKS,
-    INSERT_CHUNKS,
     PROGRESS,
     PROGRESS_WITH_OPTIONS,
     REUSABLE_RESULT,
@@ -49,6 +48,7 @@ from core.ledger.statements import (
     drop_chunks,
     held_params,
     next_revision,
+    reap_statement,
     wake_waiters,
     wake_waiters_of,
 )
@@ -58,10 +58,6 @@ from core.safe_text import check_identifier
 from core.states import ERRORS, DocumentStatus, ErrorCode, Stage, TaskStatus
 
 REAPER_ACTOR = "reaper"
-
-
-class _Changed(Exception):
-    """Rolls a re-embedding finish back: the version's chunks changed under it."""
 
 
 def _new_task_id() -> str:
@@ -277,7 +273,7 @@ class WorkQueue:
                 return False
             wake_waiters(conn, found[0].processing_key, now, ended=claim.task_id)
             index_id = None if index is None else ensure_index(conn, index, now)
-            _replace_chunks(conn, claim.document_id, chunks, index_id)
+            replace_chunks(conn, claim.document_id, chunks, index_id)
             if chunks:  # the other indexes kept current get their re-embedding tasks
                 campaigns.keep_current(
                     conn,
@@ -322,20 +318,11 @@ class WorkQueue:
         }
 
         def tx(conn: Connection) -> str:
-            found = FINISH.rows(conn, params)
-            if not found:
-                return LOST
-            if vectors and not campaigns.replace_vectors(
-                conn, index_id, claim.document_id, vectors
-            ):
-                raise _Changed
-            campaigns.settle(conn, index_id, now)
-            rows.record_events(conn, [found[0]._asdict()], actor=claim.worker_id, at=now)
-            return "succeeded"
+            return campaigns.finish_in(conn, claim, index_id, vectors, params, now)
 
         try:
             return await self._tx.write(tx)
-        except _Changed:
+        except campaigns.ChunksChanged:
             return "changed"
 
     async def fail(
@@ -544,31 +531,7 @@ class WorkQueue:
         """Take back tasks whose lease expired (their worker vanished): retry_wait
         while attempts remain, else failed with lease_expired."""
         now = self.clock()
-        exhausted = TASKS.c.attempt >= TASKS.c.max_attempts
-        statement = (
-            update(TASKS)
-            .where(text(RUNNING_SQL))
-            .where(TASKS.c.lease_expires_at < now)
-            .values(
-                status=case(
-                    (exhausted, literal(TaskStatus.FAILED.value)),
-                    else_=literal(TaskStatus.RETRY_WAIT.value),
-                ),
-                previous_status=TASKS.c.status,
-                error_code=ErrorCode.LEASE_EXPIRED.value,
-                error_detail="lease expired",
-                next_attempt_at=case((exhausted, None), else_=literal(now)),
-                lease_expires_at=None,
-                updated_at=now,
-                revision=next_revision(),
-            )
-            .returning(
-                *EVENT_SOURCE_COLUMNS,
-                TASKS.c.document_id,
-                TASKS.c.processing_key,
-                TASKS.c.index_id,
-            )
-        )
+        statement = reap_statement(now)
 
         def tx(conn: Connection) -> list[Reaped]:
             found: Sequence[Row[Any]] = conn.execute(statement).all()
@@ -615,37 +578,3 @@ def _holder(conn: Connection, params: Mapping[str, Any]) -> str:
     this worker no longer holds its task)."""
     holder = FIND_KEY_HOLDER.rows(conn, params)
     return str(holder[0].id) if holder else LOST
-
-
-def _replace_chunks(
-    conn: Connection, document_id: str, chunks: Sequence[ChunkRecord], index_id: int | None
-) -> None:
-    """The document's chunks, replaced, with their vectors in index ``index_id``, and
-    (on SQLite) added to the search index in the same transaction (PostgreSQL's index
-    is a generated column)."""
-    vectors = [(c.ordinal, c.embedding) for c in chunks if c.embedding is not None]
-    if vectors and index_id is None:
-        # A vector that names no index could be compared with another model's.
-        raise ValueError("chunks with vectors need the index they belong to")
-    drop_chunks(conn, document_id)
-    if chunks:
-        INSERT_CHUNKS.many(
-            conn,
-            [
-                {
-                    "document_id": document_id,
-                    "ordinal": c.ordinal,
-                    "text": c.text,
-                    "page": c.page,
-                    "char_start": c.char_start,
-                    "char_end": c.char_end,
-                    "location": c.location,
-                }
-                for c in chunks
-            ],
-        )
-        if conn.dialect.name == "sqlite":
-            INDEX_CHUNKS.rowcount(conn, {"p_document_id": document_id})
-        if vectors:
-            assert index_id is not None
-            insert_vectors(conn, index_id, document_id, vectors)
