@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from core.errors import NotFound
@@ -237,8 +235,16 @@ def ensure_index(conn: Connection, key: IndexKey, now: float, *, name: str | Non
             "built_at": now if first else None,
             "activated_at": now if first else None,
         }
-        dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-        conn.execute(dialect_insert(INDEXES).values(**values).on_conflict_do_nothing())
+        # Each dialect's own INSERT ... ON CONFLICT, imported where used: a SQLite
+        # worker never loads the PostgreSQL dialect (tests/test_structure.py).
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            conn.execute(pg_insert(INDEXES).values(**values).on_conflict_do_nothing())
+        else:
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            conn.execute(sqlite_insert(INDEXES).values(**values).on_conflict_do_nothing())
     found = find_index(conn, key)
     if found is None:
         raise RuntimeError(f"could not make an index for {key.default_name()}")
