@@ -1,0 +1,540 @@
+"""Any OpenAI-compatible ``/v1/embeddings`` endpoint (OpenAI, Azure OpenAI, Ollama,
+vLLM, TEI, LocalAI) as a :class:`~core.ingest.providers.RemoteProvider`, with httpx.
+
+The contract, made explicit under seed 001's rule. Such an endpoint has **no look-up
+by request key**: it keeps nothing a client could ask about later. So:
+
+* a reply lost after the request may have left (a timeout, a dropped connection, a
+  5xx, a body that cannot be read) is :class:`OutcomeUnknown`, and its look-up answers
+  ``no_lookup`` — never "not found", which nobody can know. Reconcile then sends it to
+  review, or, when the operator declared the endpoint resend-safe (embeddings have no
+  side effect, but each send is paid for), lets it be sent again, a bounded number of
+  times (:data:`core.ingest.reconcile.BLIND_SENDS_MAX`);
+* a 429 is an answer before any work: :class:`NotSent`, with the endpoint's
+  ``Retry-After`` (seconds or an HTTP date) as the earliest next attempt
+  (``provider_rate_limited``);
+* a refused API key (401/403, or a 429 saying the quota is gone) is :class:`NotSent`
+  too, but not worth retrying by itself (``provider_auth_failed``);
+* an input over the model's token limit is refused by the endpoint (400/413/422) and
+  becomes ``input_too_long``, naming the input; nothing is ever cut to fit here (some
+  servers cut on their own: Ollama, TEI with ``--auto-truncate``; that cannot be seen
+  from outside);
+* a reply is verified by count and dimensions; its vectors are L2-normalised float32
+  little-endian bytes, and the checksum is computed here (the endpoint gives none).
+
+The API key is read from the environment (:data:`API_KEY_ENV`, else
+:data:`FALLBACK_API_KEY_ENV`, or the variable the ``api_key_env`` option names) and
+never shown: not in ``repr``, messages, the ledger (which records the endpoint
+without credentials) or a command line.
+
+Azure OpenAI: give the deployment's URL as the base
+(``https://NAME.openai.azure.com/openai/deployments/DEPLOYMENT``) and the
+``api_version`` option: requests then carry ``?api-version=…`` and the key in an
+``api-key`` header instead of ``Authorization: Bearer``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import os
+import re
+import sys
+import time
+from array import array
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from core.ingest.http_provider import _NEVER_SENT, MAX_REPLY_BYTES, _new_client, shown_url
+from core.ingest.providers import (
+    Lookup,
+    LookupState,
+    LookupUnavailable,
+    NotSent,
+    OutcomeUnknown,
+    ProviderRejected,
+    ProviderReply,
+    vectors_checksum,
+)
+from core.states import ErrorCode
+
+KIND_PREFIX = "openai+"  # worker --provider openai+https://…: this kind of endpoint
+API_KEY_ENV = "INGESTDESK_EMBEDDINGS_API_KEY"
+FALLBACK_API_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_TIMEOUT_S = 60.0  # seconds: a large batch on a busy endpoint takes a while
+DEFAULT_MAX_INPUTS = 2048  # inputs per request: OpenAI's limit (TEI's default is 32)
+MAX_INPUTS_CEILING = 100_000  # beyond it a typo
+RETRY_AFTER_MAX_S = 3_600.0  # seconds: a longer Retry-After is held to an hour
+DETAIL_MAX = 160  # characters of an endpoint's own message quoted
+PROBE_TEXT = "ingestdesk dimension probe"
+OPTIONS = (
+    "api_key_env",
+    "api_version",
+    "max_inputs",
+    "resend_safe",
+    "send_dimensions",
+    "timeout_s",
+)
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+# How servers word an input over the model's limit (OpenAI, vLLM, TEI, LocalAI).
+_TOO_LONG = re.compile(
+    r"context.length|maximum (?:input|sequence) length|less than \d+ tokens|too many tokens"
+    r"|exceeds? (?:the )?(?:model'?s? )?(?:max|limit)",
+    re.IGNORECASE,
+)
+_TOO_LONG_CODES = {"context_length_exceeded", "string_above_max_length", "input_too_long"}
+_INPUT_INDEX = re.compile(r"input\[(\d+)\]|input (?:index |#)?(\d+)\b", re.IGNORECASE)
+_TOKENS = re.compile(r"(\d[\d,]*) tokens", re.IGNORECASE)
+
+
+class _Unusable(Exception):
+    """A reply this client cannot use; the message says why (short)."""
+
+
+class _Key:
+    """An API key that does not show itself: not in its holder's ``repr`` or
+    ``vars``, not in a log line or a message that formats it by mistake."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<API key, hidden>"
+
+    __str__ = __repr__
+
+
+def _flag(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(f"option {name} must be true or false (got {value[:20]!r})")
+
+
+def _whole(name: str, value: str, lowest: int, highest: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = lowest - 1
+    if not lowest <= number <= highest:
+        raise ValueError(f"option {name} must be a whole number from {lowest} to {highest}")
+    return number
+
+
+def api_key_from(environ: Mapping[str, str], name: str | None = None) -> str | None:
+    """The API key in ``environ``: the variable ``name``, or :data:`API_KEY_ENV`, else
+    :data:`FALLBACK_API_KEY_ENV`; None if none is set (an endpoint without keys)."""
+    names = (name,) if name else (API_KEY_ENV, FALLBACK_API_KEY_ENV)
+    for candidate in names:
+        value = environ.get(candidate, "").strip()
+        if value:
+            return value
+    return None
+
+
+def parse_options(pairs: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` texts (a command line's) as options, each checked.
+
+    Raises:
+        ValueError: Not KEY=VALUE, a key given twice, or an unknown key.
+    """
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"{pair[:40]!r} is not KEY=VALUE")
+        if key not in OPTIONS:
+            raise ValueError(f"unknown option {key[:40]!r}; known: {', '.join(OPTIONS)}")
+        if key in options:
+            raise ValueError(f"option {key} given twice")
+        options[key] = value.strip()
+    return options
+
+
+def base_of(url: str) -> str:
+    """``url`` without the :data:`KIND_PREFIX` and trailing slashes."""
+    return url.strip().removeprefix(KIND_PREFIX).rstrip("/")
+
+
+def retry_after_s(headers: httpx.Headers, now: float | None = None) -> float | None:
+    """Seconds a 429 asks to wait: ``retry-after-ms``, or ``Retry-After`` as seconds
+    or an HTTP date; None if it says nothing usable. Held to 0..RETRY_AFTER_MAX_S."""
+    wait: float | None = None
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            wait = float(ms) / 1000.0
+        except ValueError:
+            wait = None
+    value = headers.get("retry-after")
+    if wait is None and value is not None:
+        try:
+            wait = float(value)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError):
+                when = None
+            if when is not None and when.tzinfo is not None:
+                wait = when.timestamp() - (time.time() if now is None else now)
+    if wait is None or not math.isfinite(wait):
+        return None
+    return min(max(wait, 0.0), RETRY_AFTER_MAX_S)
+
+
+def _vector(values: object, what: str) -> bytes:
+    """One embedding as L2-normalised little-endian float32 bytes.
+
+    Raises:
+        _Unusable: Not a list of finite numbers.
+    """
+    if not isinstance(values, list) or not values:
+        raise _Unusable(f"{what} is not a list of numbers")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise _Unusable(f"{what} is not a list of numbers")
+    floats = [float(v) for v in values]
+    norm = math.hypot(*floats)
+    if not math.isfinite(norm):
+        raise _Unusable(f"{what} holds a number that is not finite")
+    vector = array("f", [v / norm for v in floats] if norm else floats)
+    if sys.byteorder != "little":
+        vector.byteswap()
+    return vector.tobytes()
+
+
+def _parse(data: bytes, expected: int) -> tuple[list[bytes], dict[str, int]]:
+    """The vectors (in input order, by ``index``) and usage of a 200 body.
+
+    Raises:
+        _Unusable: Not a complete embeddings reply.
+    """
+    try:
+        body = json.loads(data)
+    except ValueError:
+        raise _Unusable("a reply that is not JSON") from None
+    items = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise _Unusable("a reply without data")
+    by_index: dict[int, bytes] = {}
+    for position, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise _Unusable("a reply whose data is not objects")
+        index = item.get("index", position)
+        if isinstance(index, bool) or not isinstance(index, int) or index in by_index:
+            raise _Unusable("a reply with a bad or repeated index")
+        by_index[index] = _vector(item.get("embedding"), f"embedding {index}")
+    if sorted(by_index) != list(range(len(by_index))) or len(by_index) != expected:
+        raise _Unusable(f"expected {expected} embeddings, got {len(by_index)}")
+    raw = body.get("usage")
+    usage = (
+        {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}
+        if isinstance(raw, dict)
+        else {}
+    )
+    return [by_index[i] for i in range(len(by_index))], usage
+
+
+def _error_of(data: bytes) -> tuple[str, str]:
+    """The message and code of an error body, in any of the servers' shapes
+    (``{"error": {"message", "code"}}``, ``{"error": "…"}``, ``{"message": …}``)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return "", ""
+    if not isinstance(body, dict):
+        return "", ""
+    error = body.get("error")
+    if isinstance(error, dict):
+        message, code = error.get("message"), error.get("code") or error.get("type")
+    else:
+        message, code = error if isinstance(error, str) else body.get("message"), body.get("code")
+    return (message if isinstance(message, str) else ""), (code if isinstance(code, str) else "")
+
+
+class OpenAIEmbeddings:
+    """An OpenAI-compatible embeddings endpoint. Build it with (base URL, model,
+    dimensions, options); close it with :meth:`aclose`.
+
+    Options (strings, as an index definition stores them): ``max_inputs`` (inputs per
+    request, default :data:`DEFAULT_MAX_INPUTS`), ``send_dimensions`` (send
+    ``dimensions`` with each request: models that can shorten their vectors, such as
+    text-embedding-3-*), ``resend_safe`` (the operator's declaration), ``api_version``
+    (Azure), ``api_key_env`` (the variable holding the key), ``timeout_s``.
+    """
+
+    name = "openai-compatible"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dimensions: int,
+        options: Mapping[str, str] | None = None,
+        *,
+        resend_safe: bool | None = None,
+        environ: Mapping[str, str] | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        """
+        Raises:
+            ValueError: Not an http(s) URL, no model, dimensions below 1, or an
+                option that is unknown or out of range (nothing is ignored).
+        """
+        opts = dict(options or {})
+        unknown = sorted(set(opts) - set(OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown option {unknown[0][:40]!r}; known: {', '.join(OPTIONS)}")
+        if not model.strip():
+            raise ValueError("an OpenAI-compatible endpoint needs a model name")
+        if dimensions < 1:
+            raise ValueError("dimensions must be at least 1")
+        base = base_of(base_url)
+        self.version = model.strip()
+        self.dimensions = dimensions
+        self.max_inputs = _whole(
+            "max_inputs", opts.get("max_inputs", str(DEFAULT_MAX_INPUTS)), 1, MAX_INPUTS_CEILING
+        )
+        self.send_dimensions = _flag("send_dimensions", opts.get("send_dimensions", "false"))
+        declared = _flag("resend_safe", opts.get("resend_safe", "false"))
+        self.resend_safe = declared if resend_safe is None else resend_safe
+        timeout = opts.get("timeout_s", str(DEFAULT_TIMEOUT_S))
+        try:
+            timeout_s = float(timeout)
+        except ValueError:
+            timeout_s = math.nan
+        if not (math.isfinite(timeout_s) and 0 < timeout_s <= 3_600):
+            raise ValueError("option timeout_s must be seconds from 0 to 3600")
+        self._api_version = opts.get("api_version") or None
+        found = api_key_from(os.environ if environ is None else environ, opts.get("api_key_env"))
+        self._key = None if found is None else _Key(found)
+        self._client = client if client is not None else _new_client(base, timeout_s)
+        self._shown = shown_url(base)
+        # Recorded with each request, never with credentials; the prefix says what kind
+        # of endpoint it is, so reconcile knows there is nothing to look up there.
+        self.endpoint = KIND_PREFIX + self._shown
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbeddings({self._shown!r}, model={self.version!r}, dims={self.dimensions})"
+
+    @classmethod
+    async def connect(
+        cls,
+        base_url: str,
+        model: str,
+        dimensions: int | None = None,
+        options: Mapping[str, str] | None = None,
+        *,
+        resend_safe: bool | None = None,
+    ) -> OpenAIEmbeddings:
+        """The endpoint, its dimensions asked of it with one short probe when not
+        given (which also proves the key is accepted).
+
+        Raises:
+            ValueError: See the constructor.
+            NotSent, OutcomeUnknown, ProviderRejected: The probe failed.
+        """
+        provider = cls(base_url, model, dimensions or 1, options, resend_safe=resend_safe)
+        if dimensions is None:
+            try:
+                status, headers, data = await provider._post([PROBE_TEXT], with_dimensions=False)
+                if status != 200:
+                    provider._refusal(status, headers, data, [PROBE_TEXT])
+                try:
+                    (vector,), _usage = _parse(data, 1)
+                except _Unusable as exc:
+                    raise OutcomeUnknown(f"{provider._where}: probe: {exc}") from None
+                provider.dimensions = len(vector) // 4
+            except BaseException:
+                await provider.aclose()
+                raise
+        return provider
+
+    @classmethod
+    def for_reconcile(cls, endpoint: str) -> OpenAIEmbeddings:
+        """The endpoint as ``ingestdesk reconcile`` finds it in the ledger: learning
+        that it has no look-up needs no model, and no operator's declaration comes with
+        it, so what it cannot know goes to a person (a worker declared resend-safe
+        settles its own requests, on its next attempt or look-up pass).
+
+        Raises:
+            ValueError: Not an http(s) URL.
+        """
+        return cls(endpoint, "not-needed-for-a-look-up", 1, resend_safe=False)
+
+    @property
+    def _where(self) -> str:
+        return f"endpoint {self._shown}"
+
+    async def _post(
+        self, texts: Sequence[str], *, with_dimensions: bool = True
+    ) -> tuple[int, httpx.Headers, bytes]:
+        """Status, headers and body of one POST ``{base}/embeddings``.
+
+        Raises:
+            NotSent: The connection was never made.
+            OutcomeUnknown: Sent, no reply (or an oversized one).
+        """
+        body: dict[str, Any] = {"model": self.version, "input": list(texts)}
+        body["encoding_format"] = "float"
+        if self.send_dimensions and with_dimensions:
+            body["dimensions"] = self.dimensions
+        headers: dict[str, str] = {}
+        params: dict[str, str] = {}
+        if self._api_version is not None:
+            params["api-version"] = self._api_version
+            if self._key is not None:
+                headers["api-key"] = self._key.reveal()
+        elif self._key is not None:
+            headers["Authorization"] = f"Bearer {self._key.reveal()}"
+        request = self._client.build_request(
+            "POST", "embeddings", json=body, headers=headers, params=params
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+        except _NEVER_SENT as exc:
+            raise NotSent(f"{self._where}: not reached ({type(exc).__name__})") from None
+        except httpx.HTTPError as exc:
+            raise OutcomeUnknown(f"{self._where}: no reply ({type(exc).__name__})") from None
+        try:
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > MAX_REPLY_BYTES:
+                    raise OutcomeUnknown(f"{self._where}: a reply over {MAX_REPLY_BYTES} bytes")
+            return response.status_code, response.headers, bytes(data)
+        except httpx.HTTPError as exc:
+            raise OutcomeUnknown(f"{self._where}: no reply ({type(exc).__name__})") from None
+        finally:
+            await response.aclose()
+
+    async def submit(
+        self, request_key: str, texts: Sequence[str], *, retry_failed: bool = False
+    ) -> ProviderReply:
+        """Send one request (``request_key`` never leaves this process: the endpoint
+        has no use for it; ``retry_failed`` means nothing to it).
+
+        Raises:
+            NotSent: Not reached, rate limited (429, with its Retry-After), or the API
+                key refused (401/403).
+            OutcomeUnknown: Sent, and no usable reply.
+            ProviderRejected: The endpoint refused the request (an input over the
+                model's token limit: ``input_too_long``, naming the input).
+        """
+        if not texts:
+            raise ValueError("a request needs at least one text")
+        if len(texts) > self.max_inputs:
+            raise ValueError(
+                f"{len(texts)} texts in one request; the endpoint takes {self.max_inputs}"
+            )
+        status, headers, data = await self._post(texts)
+        if status != 200:
+            self._refusal(status, headers, data, texts)
+        try:
+            vectors, usage = _parse(data, len(texts))
+        except _Unusable as exc:
+            raise OutcomeUnknown(f"{self._where}: {exc}") from None
+        sizes = {len(v) // 4 for v in vectors}
+        if sizes != {self.dimensions}:
+            # The work was done and paid for, and doing it again gives the same: a
+            # setting to fix, not a reply to look up or send again.
+            got = ", ".join(str(s) for s in sorted(sizes))
+            hint = (
+                "; its model can shorten vectors? set send_dimensions"
+                if not self.send_dimensions
+                else ""
+            )
+            raise ProviderRejected(
+                f"{self._where}: answered {got} dimensions; this index has {self.dimensions}{hint}"
+            )
+        request_id = headers.get("x-request-id") or headers.get("openai-request-id") or ""
+        return ProviderReply(
+            request_id=(request_id.strip()[:128] or "none"),
+            vectors=vectors,
+            count=len(vectors),
+            dimensions=self.dimensions,
+            # Computed here: the endpoint gives none. It proves nothing about transit
+            # (JSON already parsed), but the stored result is checked against it.
+            checksum=vectors_checksum(vectors),
+            usage=usage,
+        )
+
+    def _refusal(
+        self, status: int, headers: httpx.Headers, data: bytes, texts: Sequence[str]
+    ) -> None:
+        """Raise what a non-200 answer means (see :meth:`submit`)."""
+        message, code = _error_of(data)
+        quoted = self._quote(message) or f"HTTP {status}"
+        if status in (401, 403) or (status == 429 and code == "insufficient_quota"):
+            # The endpoint's own words are not quoted: some echo part of the key.
+            what = "its account has no quota left" if status == 429 else "refused the API key"
+            refused = NotSent(f"{self._where}: {what} (HTTP {status}); nothing was embedded")
+            refused.error_code = ErrorCode.PROVIDER_AUTH_FAILED
+            raise refused
+        if status == 429:
+            wait = retry_after_s(headers)
+            after = "" if wait is None else f"; retry after {wait:g} s"
+            limited = NotSent(f"{self._where}: rate limited (HTTP 429){after}")
+            limited.error_code = ErrorCode.PROVIDER_RATE_LIMITED
+            limited.retry_after_s = wait
+            raise limited
+        if status in (400, 413, 422) and (code in _TOO_LONG_CODES or _TOO_LONG.search(message)):
+            raise self._too_long(message, texts)
+        if 400 <= status < 500 and status not in (408, 409):
+            raise ProviderRejected(f"{self._where}: refused the request (HTTP {status}): {quoted}")
+        # A 5xx (or a 408/409, or an answer from something else) after the request went:
+        # the endpoint may have done the work.
+        raise OutcomeUnknown(f"{self._where}: HTTP {status}: {quoted}")
+
+    def _too_long(self, message: str, texts: Sequence[str]) -> ProviderRejected:
+        named = _INPUT_INDEX.search(message)
+        index = next((int(g) for g in named.groups() if g is not None), None) if named else None
+        if index is not None and not 0 <= index < len(texts):
+            index = None
+        known = index is not None or len(texts) == 1
+        if index is None:
+            # The endpoint did not say which: the longest is the likely one, said so.
+            index = max(range(len(texts)), key=lambda i: len(texts[i]))
+        limit = _TOKENS.search(message)
+        over = f" ({limit.group(1)} tokens)" if limit else ""
+        rejected = ProviderRejected(
+            f"over the model's token limit{over}, {len(texts[index])} characters; "
+            f"nothing was cut: {self._quote(message) or 'refused'}"
+        )
+        rejected.error_code = ErrorCode.INPUT_TOO_LONG
+        rejected.position = index
+        rejected.position_known = known
+        return rejected
+
+    def _quote(self, message: str) -> str:
+        """An endpoint's own message on one line, short, without the key."""
+        printable = "".join(c if c.isprintable() else " " for c in message)
+        if self._key is not None:
+            printable = printable.replace(self._key.reveal(), "[key]")
+        return " ".join(printable.split())[:DETAIL_MAX]
+
+    async def lookup(self, request_key: str) -> Lookup:
+        """Always ``no_lookup``: the endpoint keeps nothing by request key."""
+        return Lookup(LookupState.NO_LOOKUP)
+
+    async def fetch(self, request_key: str) -> ProviderReply:
+        """Raises:
+        LookupUnavailable: always; the endpoint keeps no results to fetch."""
+        raise LookupUnavailable(f"{self._where} keeps no results: nothing to fetch again")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def is_openai_url(url: str) -> bool:
+    """Whether ``url`` names an OpenAI-compatible endpoint (``openai+http(s)://``)."""
+    return url.strip().lower().startswith(KIND_PREFIX)
