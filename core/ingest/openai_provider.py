@@ -35,20 +35,25 @@ Azure OpenAI: give the deployment's URL as the base
 
 from __future__ import annotations
 
-import email.utils
-import json
+import asyncio
 import math
 import os
-import re
-import sys
-import time
-from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from core.ingest.http_provider import _NEVER_SENT, MAX_REPLY_BYTES, _new_client, shown_url
+from core.ingest.openai_wire import (
+    INPUT_INDEX,
+    TOKENS,
+    TOO_LONG,
+    TOO_LONG_CODES,
+    Unusable,
+    error_of,
+    parse_embeddings,
+    retry_after_s,
+)
 from core.ingest.providers import (
     Lookup,
     LookupState,
@@ -67,9 +72,10 @@ FALLBACK_API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_TIMEOUT_S = 60.0  # seconds: a large batch on a busy endpoint takes a while
 DEFAULT_MAX_INPUTS = 2048  # inputs per request: OpenAI's limit (TEI's default is 32)
 MAX_INPUTS_CEILING = 100_000  # beyond it a typo
-RETRY_AFTER_MAX_S = 3_600.0  # seconds: a longer Retry-After is held to an hour
 DETAIL_MAX = 160  # characters of an endpoint's own message quoted
 PROBE_TEXT = "ingestdesk dimension probe"
+PROBE_ATTEMPTS = 3  # probes at start, when the endpoint answers 429
+PROBE_WAIT_MAX_S = 30.0  # seconds one 429 of the probe is waited out at most
 OPTIONS = (
     "api_key_env",
     "api_version",
@@ -79,19 +85,6 @@ OPTIONS = (
     "timeout_s",
 )
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
-# How servers word an input over the model's limit (OpenAI, vLLM, TEI, LocalAI).
-_TOO_LONG = re.compile(
-    r"context.length|maximum (?:input|sequence) length|less than \d+ tokens|too many tokens"
-    r"|exceeds? (?:the )?(?:model'?s? )?(?:max|limit)",
-    re.IGNORECASE,
-)
-_TOO_LONG_CODES = {"context_length_exceeded", "string_above_max_length", "input_too_long"}
-_INPUT_INDEX = re.compile(r"input\[(\d+)\]|input (?:index |#)?(\d+)\b", re.IGNORECASE)
-_TOKENS = re.compile(r"(\d[\d,]*) tokens", re.IGNORECASE)
-
-
-class _Unusable(Exception):
-    """A reply this client cannot use; the message says why (short)."""
 
 
 class _Key:
@@ -165,100 +158,6 @@ def parse_options(pairs: Sequence[str]) -> dict[str, str]:
 def base_of(url: str) -> str:
     """``url`` without the :data:`KIND_PREFIX` and trailing slashes."""
     return url.strip().removeprefix(KIND_PREFIX).rstrip("/")
-
-
-def retry_after_s(headers: httpx.Headers, now: float | None = None) -> float | None:
-    """Seconds a 429 asks to wait: ``retry-after-ms``, or ``Retry-After`` as seconds
-    or an HTTP date; None if it says nothing usable. Held to 0..RETRY_AFTER_MAX_S."""
-    wait: float | None = None
-    if (ms := headers.get("retry-after-ms")) is not None:
-        try:
-            wait = float(ms) / 1000.0
-        except ValueError:
-            wait = None
-    value = headers.get("retry-after")
-    if wait is None and value is not None:
-        try:
-            wait = float(value)
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError, IndexError):
-                when = None
-            if when is not None and when.tzinfo is not None:
-                wait = when.timestamp() - (time.time() if now is None else now)
-    if wait is None or not math.isfinite(wait):
-        return None
-    return min(max(wait, 0.0), RETRY_AFTER_MAX_S)
-
-
-def _vector(values: object, what: str) -> bytes:
-    """One embedding as L2-normalised little-endian float32 bytes.
-
-    Raises:
-        _Unusable: Not a list of finite numbers.
-    """
-    if not isinstance(values, list) or not values:
-        raise _Unusable(f"{what} is not a list of numbers")
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        raise _Unusable(f"{what} is not a list of numbers")
-    floats = [float(v) for v in values]
-    norm = math.hypot(*floats)
-    if not math.isfinite(norm):
-        raise _Unusable(f"{what} holds a number that is not finite")
-    vector = array("f", [v / norm for v in floats] if norm else floats)
-    if sys.byteorder != "little":
-        vector.byteswap()
-    return vector.tobytes()
-
-
-def _parse(data: bytes, expected: int) -> tuple[list[bytes], dict[str, int]]:
-    """The vectors (in input order, by ``index``) and usage of a 200 body.
-
-    Raises:
-        _Unusable: Not a complete embeddings reply.
-    """
-    try:
-        body = json.loads(data)
-    except ValueError:
-        raise _Unusable("a reply that is not JSON") from None
-    items = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(items, list):
-        raise _Unusable("a reply without data")
-    by_index: dict[int, bytes] = {}
-    for position, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise _Unusable("a reply whose data is not objects")
-        index = item.get("index", position)
-        if isinstance(index, bool) or not isinstance(index, int) or index in by_index:
-            raise _Unusable("a reply with a bad or repeated index")
-        by_index[index] = _vector(item.get("embedding"), f"embedding {index}")
-    if sorted(by_index) != list(range(len(by_index))) or len(by_index) != expected:
-        raise _Unusable(f"expected {expected} embeddings, got {len(by_index)}")
-    raw = body.get("usage")
-    usage = (
-        {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}
-        if isinstance(raw, dict)
-        else {}
-    )
-    return [by_index[i] for i in range(len(by_index))], usage
-
-
-def _error_of(data: bytes) -> tuple[str, str]:
-    """The message and code of an error body, in any of the servers' shapes
-    (``{"error": {"message", "code"}}``, ``{"error": "…"}``, ``{"message": …}``)."""
-    try:
-        body = json.loads(data)
-    except ValueError:
-        return "", ""
-    if not isinstance(body, dict):
-        return "", ""
-    error = body.get("error")
-    if isinstance(error, dict):
-        message, code = error.get("message"), error.get("code") or error.get("type")
-    else:
-        message, code = error if isinstance(error, str) else body.get("message"), body.get("code")
-    return (message if isinstance(message, str) else ""), (code if isinstance(code, str) else "")
 
 
 class OpenAIEmbeddings:
@@ -346,18 +245,34 @@ class OpenAIEmbeddings:
         provider = cls(base_url, model, dimensions or 1, options, resend_safe=resend_safe)
         if dimensions is None:
             try:
-                status, headers, data = await provider._post([PROBE_TEXT], with_dimensions=False)
-                if status != 200:
-                    provider._refusal(status, headers, data, [PROBE_TEXT])
-                try:
-                    (vector,), _usage = _parse(data, 1)
-                except _Unusable as exc:
-                    raise OutcomeUnknown(f"{provider._where}: probe: {exc}") from None
-                provider.dimensions = len(vector) // 4
+                provider.dimensions = await provider._probe()
             except BaseException:
                 await provider.aclose()
                 raise
         return provider
+
+    async def _probe(self) -> int:
+        """The dimensions of the endpoint's vectors, from one short request; a 429
+        is waited out (its Retry-After, held short) a few times: a worker starting
+        under a rate limit is not a worker that cannot start."""
+        for attempt in range(1, PROBE_ATTEMPTS + 1):
+            status, headers, data = await self._post([PROBE_TEXT], with_dimensions=False)
+            if status == 200:
+                break
+            try:
+                self._refusal(status, headers, data, [PROBE_TEXT])
+            except NotSent as exc:
+                if (
+                    exc.error_code is not ErrorCode.PROVIDER_RATE_LIMITED
+                    or attempt == PROBE_ATTEMPTS
+                ):
+                    raise
+                await asyncio.sleep(min(exc.retry_after_s or 1.0, PROBE_WAIT_MAX_S))
+        try:
+            (vector,), _usage = parse_embeddings(data, 1)
+        except Unusable as exc:
+            raise OutcomeUnknown(f"{self._where}: probe: {exc}") from None
+        return len(vector) // 4
 
     @classmethod
     def for_reconcile(cls, endpoint: str) -> OpenAIEmbeddings:
@@ -440,8 +355,8 @@ class OpenAIEmbeddings:
         if status != 200:
             self._refusal(status, headers, data, texts)
         try:
-            vectors, usage = _parse(data, len(texts))
-        except _Unusable as exc:
+            vectors, usage = parse_embeddings(data, len(texts))
+        except Unusable as exc:
             raise OutcomeUnknown(f"{self._where}: {exc}") from None
         sizes = {len(v) // 4 for v in vectors}
         if sizes != {self.dimensions}:
@@ -472,7 +387,7 @@ class OpenAIEmbeddings:
         self, status: int, headers: httpx.Headers, data: bytes, texts: Sequence[str]
     ) -> None:
         """Raise what a non-200 answer means (see :meth:`submit`)."""
-        message, code = _error_of(data)
+        message, code = error_of(data)
         quoted = self._quote(message) or f"HTTP {status}"
         if status in (401, 403) or (status == 429 and code == "insufficient_quota"):
             # The endpoint's own words are not quoted: some echo part of the key.
@@ -487,7 +402,7 @@ class OpenAIEmbeddings:
             limited.error_code = ErrorCode.PROVIDER_RATE_LIMITED
             limited.retry_after_s = wait
             raise limited
-        if status in (400, 413, 422) and (code in _TOO_LONG_CODES or _TOO_LONG.search(message)):
+        if status in (400, 413, 422) and (code in TOO_LONG_CODES or TOO_LONG.search(message)):
             raise self._too_long(message, texts)
         if 400 <= status < 500 and status not in (408, 409):
             raise ProviderRejected(f"{self._where}: refused the request (HTTP {status}): {quoted}")
@@ -496,7 +411,7 @@ class OpenAIEmbeddings:
         raise OutcomeUnknown(f"{self._where}: HTTP {status}: {quoted}")
 
     def _too_long(self, message: str, texts: Sequence[str]) -> ProviderRejected:
-        named = _INPUT_INDEX.search(message)
+        named = INPUT_INDEX.search(message)
         index = next((int(g) for g in named.groups() if g is not None), None) if named else None
         if index is not None and not 0 <= index < len(texts):
             index = None
@@ -504,7 +419,7 @@ class OpenAIEmbeddings:
         if index is None:
             # The endpoint did not say which: the longest is the likely one, said so.
             index = max(range(len(texts)), key=lambda i: len(texts[i]))
-        limit = _TOKENS.search(message)
+        limit = TOKENS.search(message)
         over = f" ({limit.group(1)} tokens)" if limit else ""
         rejected = ProviderRejected(
             f"over the model's token limit{over}, {len(texts[index])} characters; "

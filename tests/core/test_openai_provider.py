@@ -13,9 +13,12 @@ import email.utils
 import json
 import math
 import os
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from array import array
 from collections.abc import Iterator
@@ -30,6 +33,7 @@ from core import ErrorCode, Ledger, Settings, TaskStatus
 from core.demo_provider.openai_compat import count_tokens
 from core.ingest.chunker import chunk_text
 from core.ingest.embedder import HashingEmbedder, cosine
+from core.ingest.embedding import RequestFailed
 from core.ingest.openai_provider import (
     API_KEY_ENV,
     FALLBACK_API_KEY_ENV,
@@ -39,10 +43,17 @@ from core.ingest.openai_provider import (
 )
 from core.ingest.parse_pool import ParserPool
 from core.ingest.parsing import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
-from core.ingest.providers import LookupState, NotSent, RemoteProvider, same_endpoint, verify
+from core.ingest.providers import (
+    LookupState,
+    NotSent,
+    ProviderRejected,
+    RemoteProvider,
+    same_endpoint,
+    verify,
+)
 from core.ingest.reconcile import BLIND_SENDS_MAX, Answer, reconcile_with
 from core.ingest.worker import Worker
-from core.states import RequestState
+from core.states import RequestState, Stage
 from core.store import ObjectStore
 from tests.core.test_provider_drills import ledger, note, pool, settings, submit
 
@@ -245,6 +256,18 @@ async def test_a_lost_reply_is_unknown_and_without_the_declaration_goes_to_revie
     assert endpoint.stats()["submits"] == 1  # looked up (locally), never sent again
     listed = await ledger.providers.awaiting_review()
     assert [r.task_id for r in listed] == [task_id]
+    if fault != "lost reply":
+        return
+    # A person decides to pay for it again: sent once more, and the task goes on.
+    await ledger.provider_review.resend(task_id, actor="ops", reason="costs little")
+    provider = remote(endpoint)
+    try:
+        await wait_claimable(ledger, task_id)
+        await run_task(ledger, pool, provider, task_id)
+    finally:
+        await provider.aclose()
+    assert (await ledger.reads.get_task(task_id)).status is TaskStatus.SUCCEEDED
+    assert endpoint.stats()["submits"] == 2
 
 
 async def test_a_lost_reply_is_sent_again_once_when_declared_resend_safe(
@@ -501,6 +524,79 @@ def test_options_are_checked_never_ignored() -> None:
         OpenAIEmbeddings("ftp://host/v1", MODEL, DIMS)
 
 
+TOO_LONG_ANSWERS = {
+    # OpenAI, for one input among several: it does not say which.
+    "openai": (
+        400,
+        {
+            "error": {
+                "message": "This model's maximum context length is 8192 tokens, however "
+                "you requested 9000 tokens (9000 in your prompt; 0 for the completion). "
+                "Please reduce your prompt; or completion length.",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        },
+        "8192 tokens",
+    ),
+    "tei": (
+        422,
+        {
+            "error": "Input validation error: `inputs` must have less than 512 tokens. Given: 900",
+            "error_type": "Validation",
+        },
+        "512 tokens",
+    ),
+    "vllm": (
+        400,
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 512 tokens. "
+            "However, you requested 900 tokens in the input for embedding generation.",
+            "type": "BadRequestError",
+            "code": 400,
+        },
+        "512 tokens",
+    ),
+}
+
+
+@pytest.mark.parametrize("server", list(TOO_LONG_ANSWERS))
+async def test_an_endpoint_that_does_not_say_which_input_names_the_longest_as_likely(
+    server: str,
+) -> None:
+    status, body, limit = TOO_LONG_ANSWERS[server]
+    provider = OpenAIEmbeddings("http://127.0.0.1:9/v1", MODEL, DIMS, environ={})
+    try:
+        with pytest.raises(ProviderRejected) as caught:
+            provider._refusal(
+                status, httpx.Headers(), json.dumps(body).encode(), ["a", "b" * 90, "c"]
+            )
+    finally:
+        await provider.aclose()
+    refused = caught.value
+    assert refused.error_code is ErrorCode.INPUT_TOO_LONG
+    assert (refused.position, refused.position_known) == (1, False)
+    assert limit in str(refused)
+    code, detail = RequestFailed(f"rejected: {refused}", "0" * 64, refused).failure(
+        (Stage.EMBEDDING, 64, 200)
+    )
+    assert code is ErrorCode.INPUT_TOO_LONG
+    assert detail.startswith("a chunk of this batch, likely chunk 65 (the longest): ")
+
+
+async def test_an_endpoint_echoing_the_key_is_quoted_without_it() -> None:
+    provider = OpenAIEmbeddings("http://127.0.0.1:9/v1", MODEL, DIMS, environ={API_KEY_ENV: KEY})
+    body = json.dumps({"error": {"message": f"model `x` not found for key {KEY}"}}).encode()
+    try:
+        with pytest.raises(ProviderRejected) as caught:
+            provider._refusal(404, httpx.Headers(), body, ["a"])
+    finally:
+        await provider.aclose()
+    assert KEY not in str(caught.value) and "[key]" in str(caught.value)
+
+
 def test_an_openai_endpoint_is_the_same_endpoint_however_its_port_is_spelled() -> None:
     assert same_endpoint(
         "openai+https://api.openai.com/v1", "openai+https://API.openai.com:443/v1/"
@@ -515,3 +611,96 @@ async def test_unreachable_is_not_sent() -> None:
             await provider.submit("0" * 64, ["text"])
     finally:
         await provider.aclose()
+
+
+# ------------------------------------------------------------------ the README
+
+
+README_PORT = 8101  # the README's endpoint (provider openai's default port)
+README_WAIT_S = 90.0  # seconds the README's worker may take to say succeeded
+
+
+def listenable(port: int) -> bool:
+    """Whether a server can listen on ``port`` as the endpoint does (SO_REUSEADDR: a
+    connection of an earlier run in TIME-WAIT is no obstacle)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_the_readme_example_does_what_it_says(tmp_path: Path) -> None:
+    """The README's "An OpenAI-compatible embedding endpoint" block, run as written (its
+    VAR=value prefixes as a shell would) in a scratch folder."""
+    from tests.test_readme_examples import (
+        NOTES,
+        ingestdesk_program,
+        scratch_env,
+        section,
+        sh_blocks,
+    )
+
+    (block,) = sh_blocks(section("An OpenAI-compatible embedding endpoint"))
+    assert [e.argv[1:3] if "=" in e.argv[0] else e.argv[:2] for e in block] == [
+        ["ingestdesk", "provider"],
+        ["ingestdesk", "add"],
+        ["ingestdesk", "worker"],
+        ["ingestdesk", "tasks"],
+    ]
+    if not listenable(README_PORT):
+        pytest.skip(f"port {README_PORT} is taken on this machine")
+    (tmp_path / "notes.md").write_bytes(NOTES)
+
+    def start(argv: list[str]) -> subprocess.Popen[str]:
+        env = scratch_env() | dict(a.split("=", 1) for a in argv if "=" in a.split("-")[0])
+        words = [a for a in argv if "=" not in a.split("-")[0]]
+        assert words[0] == "ingestdesk", argv
+        return subprocess.Popen(
+            [*ingestdesk_program(), *words[1:]],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(argv: list[str]) -> str:
+        process = start(argv)
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, (argv, out, err)
+        return out
+
+    serving = start(block[0].argv)
+    try:
+        assert serving.stdout is not None
+        line = serving.stdout.readline()
+        assert line.strip().endswith(f"http://127.0.0.1:{README_PORT}/v1"), line
+        run(block[1].argv)
+        worker = start(block[2].argv)
+        assert worker.stdout is not None
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(worker.stdout or ()), daemon=True)
+        reader.start()  # its log, line by line, until the worker ends
+        deadline = time.monotonic() + README_WAIT_S
+        while not any(" succeeded task=" in x for x in lines) and worker.poll() is None:
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.05)
+        worker.send_signal(signal.SIGINT)  # the README's Ctrl-C
+        worker.wait(timeout=60)
+        reader.join(timeout=10)
+        _, err = worker.communicate(timeout=10)  # its stdout was read whole: closes the pipes
+        assert worker.returncode == 130, (lines, err)
+        limited = [x for x in lines if "error_code=provider_rate_limited" in x]
+        assert len(limited) == 1 and "next_attempt_in=" in limited[0], lines
+        waited = float(limited[0].split("next_attempt_in=")[1].split("s")[0])
+        assert waited >= 2.5, limited  # Retry-After: 3, less the time to write it
+        assert "succeeded" in run(block[3].argv)
+        stats = httpx.get(f"http://127.0.0.1:{README_PORT}/v1/stats", timeout=5).json()
+        assert (stats["rate_limited"], stats["submits"]) == (1, 1)
+    finally:
+        serving.send_signal(signal.SIGTERM)
+        serving.communicate(timeout=30)
+    assert serving.returncode == 0
