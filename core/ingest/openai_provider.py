@@ -172,6 +172,7 @@ class OpenAIEmbeddings:
     """
 
     name = "openai-compatible"
+    kind = "openai"  # the index registry's kind (core.ingest.embedders)
 
     def __init__(
         self,
@@ -198,12 +199,15 @@ class OpenAIEmbeddings:
         if dimensions < 1:
             raise ValueError("dimensions must be at least 1")
         base = base_of(base_url)
-        self.version = model.strip()
+        self.version = self.model = model.strip()
         self.dimensions = dimensions
         self.max_inputs = _whole(
             "max_inputs", opts.get("max_inputs", str(DEFAULT_MAX_INPUTS)), 1, MAX_INPUTS_CEILING
         )
         self.send_dimensions = _flag("send_dimensions", opts.get("send_dimensions", "false"))
+        # What of the options makes other vectors (an index is known by them); the
+        # rest (timeouts, batch sizes, where the key is) does not.
+        self.index_options = {"send_dimensions": "true"} if self.send_dimensions else {}
         declared = _flag("resend_safe", opts.get("resend_safe", "false"))
         self.resend_safe = declared if resend_safe is None else resend_safe
         timeout = opts.get("timeout_s", str(DEFAULT_TIMEOUT_S))

@@ -704,3 +704,25 @@ def test_the_readme_example_does_what_it_says(tmp_path: Path) -> None:
         serving.send_signal(signal.SIGTERM)
         serving.communicate(timeout=30)
     assert serving.returncode == 0
+
+
+def test_the_worker_refuses_endpoint_options_that_do_not_fit(settings: Settings) -> None:
+    """Checked before the ledger is opened: nothing is ignored."""
+    cases = {
+        ("--model", MODEL): "--model goes with --provider openai+URL only",
+        ("--provider", "openai+http://127.0.0.1:9/v1"): "needs --model NAME",
+        (
+            "--provider",
+            "openai+http://127.0.0.1:9/v1",
+            "--model",
+            MODEL,
+            "--provider-option",
+            "max_input=3",
+        ): "unknown option 'max_input'",
+        ("--provider", "openai+ftp://host/v1", "--model", MODEL): "is not a provider URL",
+    }
+    for args, says in cases.items():
+        ran = cli_env(settings, {}, "worker", *args)
+        assert ran.returncode == 2, (args, ran)
+        assert says in ran.stderr and ran.stderr.count("\n") == 1, (args, ran.stderr)
+    assert not Path(settings.db_url.removeprefix("sqlite:///")).exists()
