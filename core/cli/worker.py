@@ -148,7 +148,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="max_inputs=N, send_dimensions=true, api_version=V (Azure), api_key_env=NAME, "
-        "timeout_s=S",
+        "timeout_s=S, proxy_from_env=true, encoding_format=base64",
     )
     parser.add_argument(
         "--log-format",

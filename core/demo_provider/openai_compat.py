@@ -17,6 +17,7 @@ be a connection closed without a byte after the work was done.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -28,6 +29,7 @@ import signal
 import socket
 import sys
 import threading
+from array import array
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -364,7 +366,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {"Retry-After": retry_after} if retry_after else {}
             raise _Refusal(429, "Rate limit reached for requests", "rate_limit_exceeded", headers)
         try:
-            inputs, dimensions = self._request(body)
+            inputs, dimensions, packed = self._request(body)
         except _Refusal:
             server.count("rejected")
             raise
@@ -395,14 +397,15 @@ class _Handler(BaseHTTPRequestHandler):
         reply = {
             "object": "list",
             "data": [
-                {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)
+                {"object": "embedding", "index": i, "embedding": _packed(v) if packed else v}
+                for i, v in enumerate(vectors)
             ],
             "model": server.model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
         self._send(200, reply, {"x-request-id": "req_" + secrets.token_hex(12)})
 
-    def _request(self, body: object) -> tuple[list[str], int]:
+    def _request(self, body: object) -> tuple[list[str], int, bool]:
         """The inputs and dimensions of an embeddings request.
 
         Raises:
@@ -428,8 +431,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refusal(
                 400, f"'input' holds {len(inputs)} items; at most {server.max_inputs}", "invalid"
             )
-        if body.get("encoding_format", "float") != "float":
-            raise _Refusal(400, "this endpoint answers encoding_format float only", "invalid")
+        if body.get("encoding_format", "float") not in ("float", "base64"):
+            raise _Refusal(400, "encoding_format must be float or base64", "invalid")
         dimensions = body.get("dimensions", server.dimensions)
         if (
             isinstance(dimensions, bool)
@@ -437,4 +440,12 @@ class _Handler(BaseHTTPRequestHandler):
             or not 1 <= dimensions <= server.dimensions
         ):
             raise _Refusal(400, f"dimensions must be 1 to {server.dimensions}", "invalid")
-        return inputs, dimensions
+        return inputs, dimensions, body.get("encoding_format", "float") == "base64"
+
+
+def _packed(vector: list[float]) -> str:
+    """``encoding_format: base64``: float32 little-endian bytes, base64 (OpenAI's)."""
+    values = array("f", vector)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return base64.b64encode(values.tobytes()).decode("ascii")

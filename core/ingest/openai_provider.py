@@ -43,7 +43,7 @@ from typing import Any
 
 import httpx
 
-from core.ingest.http_provider import _NEVER_SENT, MAX_REPLY_BYTES, _new_client, shown_url
+from core.ingest.http_provider import _NEVER_SENT, CONNECT_TIMEOUT_S, MAX_REPLY_BYTES, shown_url
 from core.ingest.openai_wire import (
     INPUT_INDEX,
     TOKENS,
@@ -74,12 +74,17 @@ DEFAULT_MAX_INPUTS = 2048  # inputs per request: OpenAI's limit (TEI's default i
 MAX_INPUTS_CEILING = 100_000  # beyond it a typo
 DETAIL_MAX = 160  # characters of an endpoint's own message quoted
 PROBE_TEXT = "ingestdesk dimension probe"
+# float: every server speaks it. base64 (OpenAI, vLLM, TEI): 4x smaller, and read in
+# C; a 64 x 1536 float reply is ~2 MB of JSON whose parse holds the event loop ~65 ms.
+ENCODINGS = ("float", "base64")
 PROBE_ATTEMPTS = 3  # probes at start, when the endpoint answers 429
 PROBE_WAIT_MAX_S = 30.0  # seconds one 429 of the probe is waited out at most
 OPTIONS = (
     "api_key_env",
     "api_version",
+    "encoding_format",
     "max_inputs",
+    "proxy_from_env",
     "resend_safe",
     "send_dimensions",
     "timeout_s",
@@ -160,6 +165,28 @@ def base_of(url: str) -> str:
     return url.strip().removeprefix(KIND_PREFIX).rstrip("/")
 
 
+def _new_client(base: str, timeout_s: float, proxy_from_env: bool) -> httpx.AsyncClient:
+    """An httpx client for the endpoint at ``base``. Proxies from the environment
+    (HTTPS_PROXY…) only when asked: a proxy turns "connection refused" (nothing sent)
+    into a 502 (an unknown outcome), but an endpoint may be reachable no other way.
+
+    Raises:
+        ValueError: ``base`` is not an http(s) URL with a host.
+    """
+    try:
+        parsed = httpx.URL(base)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"{shown_url(base)} is not a URL") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{shown_url(base)} is not an http(s) URL")
+    return httpx.AsyncClient(
+        base_url=base,
+        timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)),
+        trust_env=proxy_from_env,
+        follow_redirects=False,
+    )
+
+
 class OpenAIEmbeddings:
     """An OpenAI-compatible embeddings endpoint. Build it with (base URL, model,
     dimensions, options); close it with :meth:`aclose`.
@@ -168,7 +195,9 @@ class OpenAIEmbeddings:
     request, default :data:`DEFAULT_MAX_INPUTS`), ``send_dimensions`` (send
     ``dimensions`` with each request: models that can shorten their vectors, such as
     text-embedding-3-*), ``resend_safe`` (the operator's declaration), ``api_version``
-    (Azure), ``api_key_env`` (the variable holding the key), ``timeout_s``.
+    (Azure), ``api_key_env`` (the variable holding the key), ``timeout_s``,
+    ``proxy_from_env`` (use HTTPS_PROXY and the like; off by default),
+    ``encoding_format`` (``float``, or ``base64`` where the server speaks it).
     """
 
     name = "openai-compatible"
@@ -205,6 +234,9 @@ class OpenAIEmbeddings:
             "max_inputs", opts.get("max_inputs", str(DEFAULT_MAX_INPUTS)), 1, MAX_INPUTS_CEILING
         )
         self.send_dimensions = _flag("send_dimensions", opts.get("send_dimensions", "false"))
+        self.encoding_format = opts.get("encoding_format", "float").strip().lower()
+        if self.encoding_format not in ENCODINGS:
+            raise ValueError(f"option encoding_format must be one of {', '.join(ENCODINGS)}")
         # What of the options makes other vectors (an index is known by them); the
         # rest (timeouts, batch sizes, where the key is) does not.
         self.index_options = {"send_dimensions": "true"} if self.send_dimensions else {}
@@ -220,7 +252,8 @@ class OpenAIEmbeddings:
         self._api_version = opts.get("api_version") or None
         found = api_key_from(os.environ if environ is None else environ, opts.get("api_key_env"))
         self._key = None if found is None else _Key(found)
-        self._client = client if client is not None else _new_client(base, timeout_s)
+        proxied = _flag("proxy_from_env", opts.get("proxy_from_env", "false"))
+        self._client = client if client is not None else _new_client(base, timeout_s, proxied)
         self._shown = shown_url(base)
         # Recorded with each request, never with credentials; the prefix says what kind
         # of endpoint it is, so reconcile knows there is nothing to look up there.
@@ -304,7 +337,7 @@ class OpenAIEmbeddings:
             OutcomeUnknown: Sent, no reply (or an oversized one).
         """
         body: dict[str, Any] = {"model": self.version, "input": list(texts)}
-        body["encoding_format"] = "float"
+        body["encoding_format"] = self.encoding_format
         if self.send_dimensions and with_dimensions:
             body["dimensions"] = self.dimensions
         headers: dict[str, str] = {}

@@ -6,6 +6,8 @@ speak it (OpenAI, vLLM, TEI, Ollama, LocalAI each word them their own way), a 42
 
 from __future__ import annotations
 
+import base64
+import binascii
 import email.utils
 import json
 import math
@@ -17,6 +19,9 @@ from array import array
 import httpx
 
 RETRY_AFTER_MAX_S = 3_600.0  # seconds: a longer Retry-After is held to an hour
+# A vector whose length is this close to 1 is stored as sent: float32 itself is only
+# good to ~6e-8 per value.
+NORMALISED_TOLERANCE = 1e-6
 # How servers word an input over the model's limit (OpenAI, vLLM, TEI, LocalAI).
 TOO_LONG = re.compile(
     r"context.length|maximum (?:input|sequence) length|less than \d+ tokens|too many tokens"
@@ -58,20 +63,43 @@ def retry_after_s(headers: httpx.Headers, now: float | None = None) -> float | N
 
 
 def vector_bytes(values: object, what: str) -> bytes:
-    """One embedding as L2-normalised little-endian float32 bytes.
+    """One embedding (a list of numbers, or base64 of float32 little-endian) as
+    L2-normalised little-endian float32 bytes.
 
     Raises:
         Unusable: Not a list of finite numbers.
     """
-    if not isinstance(values, list) or not values:
+    if isinstance(values, str):  # encoding_format base64: float32 little-endian bytes
+        try:
+            raw = base64.b64decode(values, validate=True)
+        except (binascii.Error, ValueError):
+            raise Unusable(f"{what} is not base64") from None
+        if not raw or len(raw) % 4:
+            raise Unusable(f"{what} is not whole float32 values")
+        packed = array("f")
+        packed.frombytes(raw)
+        if sys.byteorder != "little":
+            packed.byteswap()
+        floats = array("d", packed)
+    elif isinstance(values, list) and values:
+        try:
+            # array() converts and checks in C: a text or a null is refused here (~6x
+            # faster than checking each value in Python).
+            floats = array("d", values)
+        except TypeError:
+            raise Unusable(f"{what} is not a list of numbers") from None
+    else:
         raise Unusable(f"{what} is not a list of numbers")
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        raise Unusable(f"{what} is not a list of numbers")
-    floats = [float(v) for v in values]
-    norm = math.hypot(*floats)
+    norm = math.hypot(*floats)  # inf or nan if any value is: one check for all
     if not math.isfinite(norm):
         raise Unusable(f"{what} holds a number that is not finite")
-    vector = array("f", [v / norm for v in floats] if norm else floats)
+    if not norm or abs(norm - 1.0) <= NORMALISED_TOLERANCE:
+        # Already unit length (OpenAI's are): converted in C, not scaled in Python
+        # (98k multiplications a 64 x 1536 batch, most of its parse time).
+        vector = array("f", floats)
+    else:
+        scale = 1.0 / norm
+        vector = array("f", [v * scale for v in floats])
     if sys.byteorder != "little":
         vector.byteswap()
     return vector.tobytes()

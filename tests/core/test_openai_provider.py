@@ -9,6 +9,7 @@ endpoint itself received."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import email.utils
 import json
 import math
@@ -79,10 +80,10 @@ class Endpoint:
         return f"openai+{self.url}"
 
     def faults(self, **faults: Any) -> None:
-        httpx.post(f"{self.url}/faults", json=faults, timeout=5).raise_for_status()
+        httpx.post(f"{self.url}/faults", json=faults, timeout=5, trust_env=False).raise_for_status()
 
     def stats(self) -> dict[str, int]:
-        found: dict[str, int] = httpx.get(f"{self.url}/stats", timeout=5).json()
+        found: dict[str, int] = httpx.get(f"{self.url}/stats", timeout=5, trust_env=False).json()
         return found
 
     def stop(self) -> None:
@@ -156,8 +157,11 @@ async def the_request(ledger: Ledger, task_id: str) -> Any:
 # ------------------------------------------------------------- the happy path
 
 
-async def test_a_batch_is_embedded_normalised_and_verified(endpoint: Endpoint) -> None:
-    provider = remote(endpoint)
+@pytest.mark.parametrize("encoding", ["float", "base64"])
+async def test_a_batch_is_embedded_normalised_and_verified(
+    endpoint: Endpoint, encoding: str
+) -> None:
+    provider = remote(endpoint, encoding_format=encoding)
     texts = ["Leases expire after thirty seconds.", "The reaper requeues the task.", "ok"]
     try:
         reply = await provider.submit("0" * 64, texts)
@@ -726,3 +730,40 @@ def test_the_worker_refuses_endpoint_options_that_do_not_fit(settings: Settings)
         assert ran.returncode == 2, (args, ran)
         assert says in ran.stderr and ran.stderr.count("\n") == 1, (args, ran.stderr)
     assert not Path(settings.db_url.removeprefix("sqlite:///")).exists()
+
+
+async def test_a_proxy_from_the_environment_is_used_only_when_asked(
+    endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    direct = remote(endpoint)
+    proxied = remote(endpoint, proxy_from_env="true")
+    try:
+        assert verify(await direct.submit("0" * 64, ["text"]), 1, DIMS) is None
+        with pytest.raises(NotSent, match="not reached"):  # the proxy refused: nothing left
+            await proxied.submit("0" * 64, ["text"])
+    finally:
+        await direct.aclose()
+        await proxied.aclose()
+    assert endpoint.stats()["submits"] == 1
+
+
+def test_replies_are_read_by_index_normalised_and_refused_when_incomplete() -> None:
+    from core.ingest.openai_wire import Unusable, parse_embeddings
+
+    packed = base64.b64encode(array("f", [0.0, 2.0]).tobytes()).decode()
+    body = {"data": [{"index": 1, "embedding": packed}, {"index": 0, "embedding": [3, 4]}]}
+    (first, second), _usage = parse_embeddings(json.dumps(body).encode(), 2)
+    assert list(array("f", first)) == pytest.approx([0.6, 0.8])  # by index, normalised
+    assert list(array("f", second)) == pytest.approx([0.0, 1.0])  # base64 too
+    for broken in (
+        {"data": [{"index": 0, "embedding": [1.0, None]}]},
+        {"data": [{"index": 0, "embedding": [1e309, 1.0]}]},
+        {"data": [{"index": 0, "embedding": "not base64!"}]},
+        {"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]},
+        {"data": []},
+    ):
+        with pytest.raises(Unusable):
+            parse_embeddings(json.dumps(broken).encode(), 1)
