@@ -401,9 +401,7 @@ class OpenAIEmbeddings:
             # setting to fix, not a reply to look up or send again.
             got = ", ".join(str(s) for s in sorted(sizes))
             hint = (
-                "; its model can shorten vectors? set send_dimensions"
-                if not self.send_dimensions
-                else ""
+                "" if self.send_dimensions else " (a model that shortens vectors: send_dimensions)"
             )
             raise ProviderRejected(
                 f"{self._where}: answered {got} dimensions; this index has {self.dimensions}{hint}"
@@ -441,6 +439,14 @@ class OpenAIEmbeddings:
             raise limited
         if status in (400, 413, 422) and (code in TOO_LONG_CODES or TOO_LONG.search(message)):
             raise self._too_long(message, texts)
+        if 300 <= status < 400:
+            # Not followed: a redirect is answered before any work, and following it
+            # would send the key wherever it points. The URL is to fix.
+            location = headers.get("location", "")[:200]
+            target = shown_url(location) if location else "somewhere it does not say"
+            raise ProviderRejected(
+                f"{self._where}: redirects (HTTP {status}) to {target}; give that URL"
+            )
         if 400 <= status < 500 and status not in (408, 409):
             raise ProviderRejected(f"{self._where}: refused the request (HTTP {status}): {quoted}")
         # A 5xx (or a 408/409, or an answer from something else) after the request went:

@@ -767,3 +767,31 @@ def test_replies_are_read_by_index_normalised_and_refused_when_incomplete() -> N
     ):
         with pytest.raises(Unusable):
             parse_embeddings(json.dumps(broken).encode(), 1)
+
+
+async def test_other_dimensions_are_a_setting_to_fix_not_a_reply_to_send_again(
+    endpoint: Endpoint,
+) -> None:
+    plain = OpenAIEmbeddings(endpoint.url, MODEL, 128, environ={API_KEY_ENV: KEY})
+    shortened = OpenAIEmbeddings(
+        endpoint.url, MODEL, 128, {"send_dimensions": "true"}, environ={API_KEY_ENV: KEY}
+    )
+    try:
+        with pytest.raises(ProviderRejected, match="answered 256 dimensions; this index has 128"):
+            await plain.submit("0" * 64, ["text"])
+        assert verify(await shortened.submit("0" * 64, ["text"]), 1, 128) is None
+    finally:
+        await plain.aclose()
+        await shortened.aclose()
+
+
+async def test_a_redirect_is_not_followed_and_says_where_it_points() -> None:
+    provider = OpenAIEmbeddings("http://127.0.0.1:9/v1", MODEL, DIMS, environ={API_KEY_ENV: KEY})
+    moved = httpx.Headers({"location": "https://elsewhere.example/v1/embeddings?token=x"})
+    try:
+        with pytest.raises(ProviderRejected) as caught:
+            provider._refusal(301, moved, b"", ["a"])
+    finally:
+        await provider.aclose()
+    assert "redirects (HTTP 301) to https://elsewhere.example/v1/embeddings;" in str(caught.value)
+    assert "token" not in str(caught.value)
