@@ -86,6 +86,9 @@ class ErrorCode(StrEnum):
     DISK_FULL = "disk_full"
     OCR_UNAVAILABLE = "ocr_unavailable"
     INDEX_NOT_FOUND = "index_not_found"
+    PROVIDER_RATE_LIMITED = "provider_rate_limited"
+    PROVIDER_AUTH_FAILED = "provider_auth_failed"
+    INPUT_TOO_LONG = "input_too_long"
 
 
 class PageDecision(StrEnum):
@@ -322,6 +325,35 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
             ErrorCode.INDEX_NOT_FOUND,
             "a re-embedding task's index was dropped before the task ran",
             "nothing to do: the version's other indexes are untouched (`ingestdesk index list`)",
+            transient=False,
+        ),
+        # An OpenAI-compatible endpoint's 429 is an answer before any work: nothing to
+        # look up, and the next attempt waits at least as long as the endpoint asked.
+        ErrorInfo(
+            ErrorCode.PROVIDER_RATE_LIMITED,
+            "the embedding endpoint answered 429 (too many requests or tokens for now); "
+            "nothing was embedded",
+            "retried automatically, never sooner than the endpoint's Retry-After; if it "
+            "keeps happening, lower the workers' --concurrency or raise the endpoint's limits",
+            transient=True,
+        ),
+        # Retrying with the same key only repeats the refusal: the task waits for a
+        # person, and its request stays sendable (nothing was done with it).
+        ErrorInfo(
+            ErrorCode.PROVIDER_AUTH_FAILED,
+            "the embedding endpoint refused the API key (missing, wrong, expired) or its "
+            "account (no quota left); nothing was embedded",
+            "set INGESTDESK_EMBEDDINGS_API_KEY (or OPENAI_API_KEY) where the worker runs, "
+            "restart the worker, then retry the task",
+            transient=False,
+        ),
+        # Never cut to fit: a cut chunk would be searchable by only part of its text.
+        ErrorInfo(
+            ErrorCode.INPUT_TOO_LONG,
+            "a chunk is over the embedding model's token limit and the endpoint refused "
+            "it; ingestdesk never cuts a chunk to fit",
+            "retrying will not help; the detail names the chunk and the limit: lower the "
+            "workers' --chunk-size, then submit the document again",
             transient=False,
         ),
     )

@@ -187,7 +187,14 @@ def test_only_the_known_sections_hold_sh_examples() -> None:
     }
     # Quickstart installs (tests/test_docs.py checks CI runs its test command);
     # Benchmarks run minutes-long measurements (tests/test_bench_smoke.py).
-    assert holders == {"Quickstart", "Using it", "The HTTP API", "Benchmarks"}
+    # An OpenAI-compatible embedding endpoint: tests/core/test_openai_provider.py.
+    assert holders == {
+        "Quickstart",
+        "Using it",
+        "The HTTP API",
+        "An OpenAI-compatible embedding endpoint",
+        "Benchmarks",
+    }
 
 
 def test_using_it_does_what_the_readme_says(

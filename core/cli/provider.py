@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING
 from core.cli.command import Command
 from core.cli.options import whole_number
 from core.cli.output import EXIT_OK, Output, flush, write_line
+from core.cli.provider_openai import add_openai_arguments, run_openai
 from core.cli.serve import PORT_MAX, ServeFailed, _listen
 from core.config import DEFAULT_HOME
 from core.errors import BadInput
 from core.ingest.embedder import DEFAULT_DIMENSIONS
 
 if TYPE_CHECKING:
-    from core.demo_provider import ProviderServer
+    from core.demo_provider.openai_compat import OpenAIServer
+    from core.demo_provider.server import ProviderServer
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8100
@@ -147,6 +149,7 @@ def _provider_arguments(parser: argparse.ArgumentParser) -> None:
         help="tell clients a repeated submit is safe (off: an unknown outcome the "
         "provider never saw waits for a person)",
     )
+    add_openai_arguments(actions, _probability, _pause)
 
 
 def provider_db_path(db: str | None) -> Path:
@@ -173,6 +176,8 @@ def provider_db_path(db: str | None) -> Path:
 
 def run_provider(args: argparse.Namespace, out: Output) -> int:
     """Bind, open the provider's database, print the URL, serve until SIGTERM/SIGINT."""
+    if args.provider_action == "openai":
+        return run_openai(args, out, _stop_with_parent)
     from core.demo_provider import Faults, ProviderServer, ProviderStore, StoreError
 
     faults = Faults(
@@ -211,7 +216,7 @@ def run_provider(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-def _stop_with_parent(server: ProviderServer, parent: int) -> None:
+def _stop_with_parent(server: ProviderServer | OpenAIServer, parent: int) -> None:
     """Stop ``server`` cleanly once ``parent`` is no longer this process's parent: an
     orphan is handed to another parent, so that means the starter died (a dashboard
     killed with ``kill -9`` gets no chance to stop its provider). The starter names
@@ -228,7 +233,8 @@ def _stop_with_parent(server: ProviderServer, parent: int) -> None:
 
 PROVIDER = Command(
     "provider",
-    "the demo embedding provider: serve [--port N] [--lose-reply P] [--truncate P] …",
+    "the demo embedding providers: serve [--port N] [--lose-reply P] [--truncate P] …; "
+    "openai [--port N] [--rate-limit N] [--lose-reply P] … (an OpenAI-compatible endpoint)",
     run_provider,
     _provider_arguments,
     interrupted="provider stopped",

@@ -54,8 +54,14 @@ async def connect_provider(url: str) -> RemoteProvider:
         ProviderUnreachable: nothing answers there (one line naming the URL).
     """
     from core.ingest.http_provider import HttpProvider
+    from core.ingest.openai_provider import OpenAIEmbeddings, is_openai_url
     from core.ingest.providers import NotSent
 
+    if is_openai_url(url):  # nothing to ask it: it has no look-up (see for_reconcile)
+        try:
+            return OpenAIEmbeddings.for_reconcile(url)
+        except ValueError as exc:
+            raise ProviderUnreachable(f"cannot use the endpoint {url[:80]}: {exc}") from None
     try:
         return await HttpProvider.connect(url, timeout_s=PROVIDER_TIMEOUT_S)
     except NotSent as exc:

@@ -33,7 +33,7 @@ from core.cli.options import identifier, seconds, settings_from_args, whole_numb
 from core.cli.output import EXIT_INTERRUPTED, EXIT_OK, Output
 from core.cli.review import provider_url
 from core.config import Settings
-from core.errors import BadInput, WorkerStopped
+from core.errors import BadInput, ProviderUnreachable, WorkerStopped
 from core.gc_tuning import freeze_startup_objects
 from core.ingest.chunker import validate_chunking
 from core.ingest.parse_pool import ParserPool
@@ -50,6 +50,7 @@ from core.safe_text import check_identifier
 if TYPE_CHECKING:
     from core.ingest.embedder import Embedder
     from core.ingest.pipeline import PipelineOptions
+    from core.ingest.providers import RemoteProvider
 
 DEFAULT_STOP_GRACE_S = 10.0  # seconds running tasks get to finish on SIGTERM
 # Upper bounds: beyond them a value is a typo, not a setting (and some, as a SQL LIMIT
@@ -63,6 +64,18 @@ MAX_LEASE_S = 86_400.0  # seconds: a day
 # working, and retried until its attempts ran out (`--lease 1e-300` was accepted).
 MIN_LEASE_S = 1.0  # seconds
 MAX_CHUNK_SIZE = 1_000_000  # characters
+MAX_DIMENSIONS = 8_192  # floats per vector: beyond it a typo
+OPENAI_ONLY = ("--model", "--dimensions", "--declare-resend-safe", "--provider-option")
+
+
+def worker_provider(value: str) -> str:
+    """An argparse type for ``--provider``: an http(s) URL, or one of an
+    OpenAI-compatible endpoint (``openai+http(s)://…``)."""
+    from core.ingest.openai_provider import KIND_PREFIX, is_openai_url
+
+    if is_openai_url(value):
+        return KIND_PREFIX + provider_url(value.strip()[len(KIND_PREFIX) :])
+    return provider_url(value)
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,10 +124,33 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--provider",
-        type=provider_url,
+        type=worker_provider,
         metavar="URL",
         help="embed with the remote provider at URL (e.g. one `ingestdesk provider serve` "
-        "runs); every call goes through the provider ledger (default: in-process)",
+        "runs), or, as openai+https://HOST/v1, with an OpenAI-compatible /v1/embeddings "
+        "endpoint (its key from $INGESTDESK_EMBEDDINGS_API_KEY or $OPENAI_API_KEY); every "
+        "call goes through the provider ledger (default: in-process)",
+    )
+    openai = parser.add_argument_group("an OpenAI-compatible endpoint (--provider openai+URL)")
+    openai.add_argument("--model", help="the endpoint's embedding model (required with it)")
+    openai.add_argument(
+        "--dimensions",
+        type=whole_number(1, MAX_DIMENSIONS),
+        help="floats per vector (default: asked of the endpoint with one short probe)",
+    )
+    openai.add_argument(
+        "--declare-resend-safe",
+        action="store_true",
+        help="a request whose reply was lost may be sent again (it is paid for again); "
+        "off: it waits for a person (`ingestdesk review`)",
+    )
+    openai.add_argument(
+        "--provider-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="max_inputs=N, send_dimensions=true, api_version=V (Azure), api_key_env=NAME, "
+        "timeout_s=S, proxy_from_env=true, encoding_format=base64",
     )
     parser.add_argument(
         "--embedder",
@@ -172,9 +208,10 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         EmbedderSpec.parse(args.embedder)  # refused before the ledger is opened
     if provider is not None:
         try:
-            args.provider = provider_url(provider)
+            args.provider = worker_provider(provider)
         except argparse.ArgumentTypeError as exc:
             raise BadInput(f"--provider: {exc}") from None
+    check_openai_arguments(args)
     if args.parser == "pdfium":
         # Asked of the installed packages, not by importing pypdfium2 (~12 ms of a
         # worker's start-up): only the parser process loads it, and the pipeline
@@ -185,6 +222,68 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
             raise BadInput(
                 "--parser pdfium needs the extra: pip install 'ingestdesk[pdfium]'"
             ) from exc
+
+
+def check_openai_arguments(args: argparse.Namespace) -> None:
+    """``--model`` and its companions go with an OpenAI-compatible ``--provider``
+    only, and it needs ``--model``; every ``--provider-option`` is one it knows.
+
+    Raises:
+        BadInput: A combination no worker could use (nothing is ignored).
+    """
+    given = [
+        name
+        for name, value in zip(
+            OPENAI_ONLY,
+            (
+                getattr(args, "model", None),
+                getattr(args, "dimensions", None),
+                getattr(args, "declare_resend_safe", False),
+                getattr(args, "provider_option", None),
+            ),
+            strict=True,
+        )
+        if value
+    ]
+    provider = getattr(args, "provider", None)
+    if provider:  # only then: httpx and the provider modules stay out of a plain start-up
+        from core.ingest.openai_provider import is_openai_url, parse_options
+    if not (provider and is_openai_url(provider)):
+        if given:
+            raise BadInput(f"{given[0]} goes with --provider openai+URL only")
+        return
+    if not (args.model or "").strip():
+        raise BadInput("--provider openai+URL needs --model NAME (the endpoint's model)")
+    try:
+        parse_options(args.provider_option or [])
+    except ValueError as exc:
+        raise BadInput(f"--provider-option: {exc}") from None
+
+
+async def connect_worker_provider(args: argparse.Namespace) -> RemoteProvider:
+    """The remote provider ``--provider`` names, connected.
+
+    Raises:
+        ProviderUnreachable: It cannot be used now (one line naming it; never its key).
+    """
+    from core.cli.review import connect_provider
+    from core.ingest.openai_provider import OpenAIEmbeddings, is_openai_url, parse_options
+    from core.ingest.providers import NotSent, OutcomeUnknown, ProviderRejected
+
+    if not is_openai_url(args.provider):
+        return await connect_provider(args.provider)
+    try:
+        return await OpenAIEmbeddings.connect(
+            args.provider,
+            args.model,
+            args.dimensions,
+            parse_options(args.provider_option or []),
+            resend_safe=True if args.declare_resend_safe else None,
+        )
+    except ValueError as exc:
+        raise BadInput(f"--provider: {exc}") from None
+    except (NotSent, OutcomeUnknown, ProviderRejected) as exc:
+        raise ProviderUnreachable(f"cannot use the endpoint: {exc}") from None
 
 
 def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
@@ -258,9 +357,7 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
     with worker_log(sys.stderr if out.as_json else sys.stdout, log_format) as log:
         provider: Embedder | RemoteProvider | None = None
         if getattr(args, "provider", None):
-            from core.cli.review import connect_provider
-
-            provider = await connect_provider(args.provider)
+            provider = await connect_worker_provider(args)
         try:
             # A one-off or draining worker has nothing to do on a ledger that does not
             # exist, and must not leave an empty one (or its folder) behind a mistyped

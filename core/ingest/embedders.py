@@ -48,7 +48,6 @@ OPENAI_DIMENSIONS = {
     "text-embedding-3-large": 3072,
     "text-embedding-ada-002": 1536,
 }
-OPENAI_NOT_WIRED = "not available yet in this ingestdesk"
 
 
 class Options(dict[str, str]):
@@ -301,7 +300,16 @@ def embedder_for(spec: EmbedderSpec) -> Embedder | RemoteProvider:
         except ModelUnavailable as exc:
             raise BadInput(f"embedder {spec.text()} is not available here: {exc.message}") from None
     if spec.embedder == "openai":
-        raise BadInput(f"embedder {spec.text()} is {OPENAI_NOT_WIRED}")
+        from core.ingest.openai_provider import OpenAIEmbeddings
+
+        options = dict(spec.options)
+        url = options.pop("url", None)
+        if url is None:
+            raise BadInput(f"embedder {spec.text()} needs the endpoint: ?url=https://HOST/v1")
+        try:
+            return OpenAIEmbeddings(url, spec.model, spec.dimensions, options)
+        except ValueError as exc:
+            raise BadInput(f"embedder {spec.text()}: {exc}") from None
     raise _refuse(f"unknown embedder {spec.embedder[:40]!r}")
 
 
@@ -366,7 +374,5 @@ def unavailable_reason(kind: str) -> str | None:
 
         return wordllama_missing()
     if kind == "openai":
-        # The class is built beside this registry (core/ingest/openai_provider.py);
-        # this line and embedder_for's branch change together when it is wired.
-        return OPENAI_NOT_WIRED
+        return None  # httpx is a dependency; the endpoint is checked when used
     return f"unknown embedder {kind!r}"

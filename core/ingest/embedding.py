@@ -36,7 +36,14 @@ from core.ingest.reconcile import (
     split_vectors,
 )
 from core.ledger import Claim, IndexKey, IndexView, Intent, Ledger, ProviderRequestView
-from core.states import REQUEST_RESULT_STATES, REQUEST_SENDABLE_STATES, RequestState
+from core.safe_text import neutralise
+from core.states import (
+    REQUEST_RESULT_STATES,
+    REQUEST_SENDABLE_STATES,
+    ErrorCode,
+    RequestState,
+    Stage,
+)
 from core.store import ObjectStore
 
 
@@ -66,9 +73,30 @@ class NeedsReview(Exception):
 class RequestFailed(Exception):
     """The provider answered that a request failed (or a person marked it so)."""
 
-    def __init__(self, message: str, request_key: str | None = None) -> None:
+    def __init__(
+        self, message: str, request_key: str | None = None, refused: ProviderRejected | None = None
+    ) -> None:
         super().__init__(message)
         self.request_key = request_key
+        # The task's code when not provider_failed (input_too_long), and the text the
+        # provider refused, counted from the first text of the call (see detail_at).
+        self.error_code = refused.error_code if refused else None
+        self.position = refused.position if refused else None
+        self.position_known = refused.position_known if refused else True
+
+    def failure(self, progress: tuple[Stage, int, int] | None) -> tuple[ErrorCode, str]:
+        """The task's error code and one-line detail, naming the refused chunk when
+        the provider named a text: ``progress`` is the embedding stage's when the call
+        was made (chunks done before it: the ordinal of its first text)."""
+        code = self.error_code or ErrorCode.PROVIDER_FAILED
+        if self.position is None:
+            return code, neutralise(str(self))
+        chunk = (progress[1] if progress and progress[0] is Stage.EMBEDDING else 0) + self.position
+        if self.position_known:
+            return code, neutralise(f"chunk {chunk}: {self}")
+        return code, neutralise(
+            f"a chunk of this batch, likely chunk {chunk} (the longest): {self}"
+        )
 
 
 class Embedding:
@@ -177,12 +205,23 @@ class LedgeredEmbedding(Embedding):
             NeedsReview: a person must decide.
             RequestFailed: the provider said it failed.
         """
-        key = request_key(self.remote, texts)
-        try:
-            return await self._vectors(claim, key, texts)
-        except OutcomeUnknown as exc:
-            exc.request_key = exc.request_key or key
-            raise
+        # One provider request per call the endpoint accepts (max_inputs, where the
+        # provider has such a limit): a request is one call, sent or not as a whole.
+        size = getattr(self.remote, "max_inputs", None) or len(texts) or 1
+        vectors: list[bytes] = []
+        for start in range(0, len(texts), size):
+            part = texts[start : start + size]
+            key = request_key(self.remote, part)
+            try:
+                vectors += await self._vectors(claim, key, part)
+            except OutcomeUnknown as exc:
+                exc.request_key = exc.request_key or key
+                raise
+            except RequestFailed as exc:
+                if exc.position is not None:
+                    exc.position += start
+                raise
+        return vectors
 
     async def _vectors(self, claim: Claim, key: str, texts: Sequence[str]) -> list[bytes]:
         provider = self.remote
@@ -244,7 +283,7 @@ class LedgeredEmbedding(Embedding):
         except ProviderRejected as exc:
             await settle(key, RequestState.FAILED, detail=f"rejected: {describe(exc)}")
             raise RequestFailed(
-                f"the provider rejected the request: {describe(exc)}", key
+                f"the provider rejected the request: {describe(exc)}", key, exc
             ) from None
         problem = verify(reply, len(texts), self.remote.dimensions)
         if problem is None:

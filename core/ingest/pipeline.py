@@ -48,7 +48,7 @@ from core.ingest.parsing import (
 )
 from core.ingest.progress import Progress
 from core.ingest.providers import OutcomeUnknown, RemoteProvider
-from core.ingest.reconcile import describe
+from core.ingest.reconcile import describe, retry_after_of, unavailable
 from core.ledger import ChunkRecord, Claim, IndexView, Ledger
 from core.ledger.queue import LOST
 from core.safe_text import neutralise
@@ -157,16 +157,15 @@ class Pipeline:
             return await fail(exc.code, exc.reason)
         except ObjectReadError as exc:
             return await fail(ErrorCode.OBJECT_READ_ERROR, error_detail_of(exc))
-        except ProviderUnavailable as exc:
-            return await fail(ErrorCode.PROVIDER_UNAVAILABLE, describe(exc))
-        # A failure on a provider request names it: that links the task to the
-        # request, so a review decision or reconcile settling it finds the task.
+        except ProviderUnavailable as exc:  # a NotSent may carry its code and Retry-After
+            return await fail(*unavailable(exc), retry_after_s=retry_after_of(exc))
+        # A failure on a provider request names it: review and reconcile find the task by it.
         except OutcomeUnknown as exc:
             return await fail(ErrorCode.OUTCOME_UNKNOWN, describe(exc), exc.request_key)
         except NeedsReview as exc:
             return await fail(ErrorCode.NEEDS_REVIEW, neutralise(str(exc)), exc.request_key)
-        except RequestFailed as exc:
-            return await fail(ErrorCode.PROVIDER_FAILED, neutralise(str(exc)), exc.request_key)
+        except RequestFailed as exc:  # its detail names the chunk a provider refused
+            return await fail(*exc.failure(progress.latest), exc.request_key)
         except Deferred as exc:
             return await self._defer(
                 claim, progress, neutralise(str(exc)), say, request_key=exc.request_key
@@ -210,6 +209,7 @@ class Pipeline:
         *,
         progress: Progress,
         say: Say,
+        retry_after_s: float | None = None,
     ) -> Outcome:
         # Progress is coalesced, so the row may lag: record the stage and progress
         # really reached (the failures screen groups by stage), with the failure.
@@ -220,6 +220,7 @@ class Pipeline:
             progress=progress.latest,
             waits_for_request=request_key,
             options=progress.options,
+            retry_after_s=retry_after_s,
         )
         if view is None:
             say(f"lost task={claim.task_id[:8]} before its failure could be recorded")

@@ -25,7 +25,9 @@ A remote call ends in one of:
 
 and a look-up ends in ``done`` / ``running`` / ``not_found`` / ``failed``, or
 :class:`LookupUnavailable`: "lookup failed", "not found" and "failed" are three
-different answers everywhere.
+different answers everywhere. A provider with no look-up by request key at all (an
+OpenAI-compatible ``/v1/embeddings`` endpoint) answers ``no_lookup``: it cannot say
+"not found", and is never taken to have said it.
 """
 
 from __future__ import annotations
@@ -38,10 +40,17 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from core.ingest.embedder import Embedder, ProviderUnavailable
+from core.states import ErrorCode
 
 
 class NotSent(ProviderUnavailable):
     """The request never reached the provider; sending it later is safe."""
+
+    # The task's error code when it is not plain provider_unavailable (a refused API
+    # key is not worth retrying by itself), and the seconds the provider asked to be
+    # left alone (a 429's Retry-After): the task's next attempt is no sooner.
+    error_code: ErrorCode | None = None
+    retry_after_s: float | None = None
 
 
 class OutcomeUnknown(Exception):
@@ -57,6 +66,13 @@ class OutcomeUnknown(Exception):
 class ProviderRejected(Exception):
     """The provider answered that this request failed."""
 
+    # The task's error code when it is not plain provider_failed (an input over the
+    # model's token limit), and which of the request's texts the provider refused
+    # (``position_known`` False: it did not say, and this is the likely one).
+    error_code: ErrorCode | None = None
+    position: int | None = None
+    position_known: bool = True
+
 
 class LookupUnavailable(Exception):
     """A look-up could not be answered now (the provider or its look-up is down)."""
@@ -69,6 +85,9 @@ class LookupState(StrEnum):
     RUNNING = "running"  # received, not finished yet
     NOT_FOUND = "not_found"  # the provider never received it
     FAILED = "failed"  # received, and it failed
+    # The provider keeps no record by request key (an OpenAI-compatible endpoint):
+    # whether it received the request cannot be known, from it or anyone.
+    NO_LOOKUP = "no_lookup"
 
 
 @dataclass(frozen=True)
@@ -97,10 +116,12 @@ class RemoteProvider(Protocol):
     version: str  # the model: changes whenever the same text would get another vector
     dimensions: int
     endpoint: str  # where reconcile reaches it (recorded on each request)
-    # A repeated submit with the same request key is safe (the provider itself
-    # answers a repeat with the first result). Off unless the provider declares it:
-    # without it, a request the provider never saw after an unknown outcome needs a
-    # person's decision.
+    # A repeated submit with the same request key is safe: the provider itself
+    # answers a repeat with the first result (it declares so), or, for a provider with
+    # no look-up, the operator declared that sending again is acceptable (embeddings
+    # have no side effect, but each send costs). Off unless declared: without it, a
+    # request the provider never saw (or cannot say it saw) after an unknown outcome
+    # needs a person's decision.
     resend_safe: bool
 
     async def submit(
@@ -119,7 +140,7 @@ class RemoteProvider(Protocol):
         ...
 
     async def lookup(self, request_key: str) -> Lookup:
-        """What the provider knows of ``request_key``.
+        """What the provider knows of ``request_key`` (``no_lookup``: it cannot know).
 
         Raises:
             LookupUnavailable: no answer now; ask again later.
@@ -171,7 +192,8 @@ def _endpoint(url: str) -> tuple[str, str, int | None, str]:
     except ValueError:
         return ("", url, None, "")
     scheme = parts.scheme.lower()
-    default = {"http": 80, "https": 443}.get(scheme)
+    # A kind before the transport (``openai+https``) keeps the transport's port.
+    default = {"http": 80, "https": 443}.get(scheme.rpartition("+")[2])
     return (scheme, (parts.hostname or "").lower(), port or default, parts.path.rstrip("/"))
 
 

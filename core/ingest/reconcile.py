@@ -10,6 +10,11 @@ For each ``unknown`` request no running attempt is sending (see
 * not found → ``needs_review`` (a person decides), unless the provider declares that a
   repeated submit with the same key is safe: then it may simply be sent again;
 * failed → ``failed``;
+* no look-up (the provider keeps no record by request key: an OpenAI-compatible
+  endpoint) → ``needs_review``, unless the operator declared that endpoint
+  resend-safe: then it may be sent again, at most :data:`BLIND_SENDS_MAX` sends in
+  all (each one costs; a reply lost every time goes to a person). Never taken for
+  "not found": nobody knows whether the endpoint did the work;
 * the look-up (or the fetch) cannot be answered, or the fetched result does not
   verify → stays ``unknown``, looked up again later.
 
@@ -34,6 +39,7 @@ from enum import StrEnum
 from typing import Any
 
 from core.errors import error_detail_of
+from core.ingest.embedder import ProviderUnavailable
 from core.ingest.providers import (
     LookupState,
     LookupUnavailable,
@@ -48,12 +54,16 @@ from core.ingest.providers import (
 from core.ledger import Ledger, ProviderRequestView
 from core.ledger.provider_requests import Requeue
 from core.safe_text import neutralise
-from core.states import RequestState
+from core.states import ErrorCode, RequestState
 from core.store import ObjectStore
 
 LOOKUP_BACKOFF_BASE_S = 2.0  # seconds before the second look-up; doubles after each
 LOOKUP_BACKOFF_MAX_S = 300.0  # seconds between look-ups at most
 DETAIL_MAX = 200  # characters of a provider's failure kept in a decision
+# Sends of one request at most to a provider with no look-up, declared resend-safe:
+# beyond it a reply lost every time (a proxy timing out a slow endpoint) would be
+# paid for again and again, so a person decides.
+BLIND_SENDS_MAX = 3
 
 
 class Answer(StrEnum):
@@ -67,6 +77,7 @@ class Answer(StrEnum):
     DID_NOT_VERIFY = "did_not_verify"  # fetched, but the result was damaged; fetched again later
     SETTLED_ELSEWHERE = "settled_elsewhere"  # another process settled it meanwhile
     NOT_LOOKED_UP = "not_looked_up"  # sent to another endpoint than the one asked
+    NO_LOOKUP = "no_lookup"  # the provider keeps no record by key: nobody can know
 
 
 @dataclass(frozen=True)
@@ -165,6 +176,8 @@ async def reconcile_one(
         return await still_unknown(Answer.RUNNING, "still running at the provider")
     if found.state is LookupState.FAILED:
         return await settle(Answer.FAILED, RequestState.FAILED, "the provider says it failed")
+    if found.state is LookupState.NO_LOOKUP:
+        return await settle(Answer.NO_LOOKUP, *_without_lookup(provider, request))
     if found.state is LookupState.NOT_FOUND:
         if provider.resend_safe:
             return await settle(
@@ -204,6 +217,28 @@ async def reconcile_one(
     ):
         return await _elsewhere(ledger, request)
     return Decision(key, request.task_id, Answer.FOUND, RequestState.RECOVERED, detail)
+
+
+def _without_lookup(
+    provider: RemoteProvider, request: ProviderRequestView
+) -> tuple[RequestState, str]:
+    """Where a request to a provider with no look-up goes, and why (one line)."""
+    unknowable = "the endpoint keeps no record by request key, so whether it did the work "
+    if provider.resend_safe and request.sends < BLIND_SENDS_MAX:
+        # Nothing is sent here either: the next attempt sends it.
+        return RequestState.RESEND, (
+            unknowable + "cannot be known; declared resend-safe: it may be sent again "
+            f"(send {request.sends + 1} of at most {BLIND_SENDS_MAX}; not sent yet)"
+        )
+    if provider.resend_safe:
+        return RequestState.NEEDS_REVIEW, (
+            f"sent {request.sends} times without a usable reply (at most {BLIND_SENDS_MAX} "
+            "automatically); a person decides: resend, or mark failed"
+        )
+    return RequestState.NEEDS_REVIEW, (
+        unknowable + "cannot be known and it is not declared resend-safe; a person "
+        "decides: resend (it is paid for again), or mark failed"
+    )
 
 
 async def _elsewhere(ledger: Ledger, request: ProviderRequestView) -> Decision:
@@ -294,6 +329,19 @@ async def reconcile_with(
     a worker runs on start and periodically, with the provider it already has)."""
     due = await ledger.providers.due(endpoint=provider.endpoint)
     return [await reconcile_one(ledger, store, provider, request) for request in due]
+
+
+def unavailable(exc: ProviderUnavailable) -> tuple[ErrorCode, str]:
+    """A task's error code and detail for a request the provider did not take: the
+    code a :class:`NotSent` names (rate limited, key refused), else
+    provider_unavailable."""
+    code = exc.error_code if isinstance(exc, NotSent) else None
+    return code or ErrorCode.PROVIDER_UNAVAILABLE, describe(exc)
+
+
+def retry_after_of(exc: ProviderUnavailable) -> float | None:
+    """Seconds the provider asked not to be called sooner (a 429's Retry-After)."""
+    return exc.retry_after_s if isinstance(exc, NotSent) else None
 
 
 def describe(exc: BaseException) -> str:

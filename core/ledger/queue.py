@@ -334,6 +334,7 @@ class WorkQueue:
         progress: StageProgress | None = None,
         waits_for_request: str | None = None,
         options: Mapping[str, Any] | None = None,
+        retry_after_s: float | None = None,
     ) -> TaskView | None:
         """Record a failure of the held attempt, with the stage and progress it
         reached (``progress``) and its ``options``, in the same fenced write.
@@ -348,6 +349,7 @@ class WorkQueue:
         was settled meanwhile (a reconcile recovered it while this attempt looked it
         up) is not the task's failure: it goes back to retry_wait, not counted. The
         attempt's end makes due the tasks waiting for that request (see hand_back).
+        ``retry_after_s``: the provider asked not to be called sooner (a 429).
         """
         error_code = ErrorCode(error_code)
         now = self.clock()
@@ -374,7 +376,8 @@ class WorkQueue:
                 change["max_attempts"] = TASKS.c.max_attempts + 1
             if retry:
                 change["status"] = TaskStatus.RETRY_WAIT.value
-                change["next_attempt_at"] = now + self.backoff_s(claim.attempt)
+                wait = max(self.backoff_s(claim.attempt), retry_after_s or 0.0)
+                change["next_attempt_at"] = now + wait
             else:
                 change["status"] = TaskStatus.FAILED.value
             statement = (

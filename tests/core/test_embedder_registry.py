@@ -3,6 +3,7 @@ and ``ingestdesk embedders``."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import json
@@ -201,9 +202,22 @@ def test_embedder_for_makes_the_local_embedders() -> None:
     assert local.version.endswith("/l2_supercat/128/pool1")
 
 
-def test_embedder_for_says_openai_is_not_wired_yet() -> None:
-    with pytest.raises(BadInput, match="not available yet"):
-        embedder_for(EmbedderSpec.parse(f"openai:m?dimensions=8&url={URL}"))
+def test_embedder_for_makes_an_openai_compatible_endpoint_known_by_its_url() -> None:
+    from core.ingest.embedding import index_key_of
+    from core.ingest.openai_provider import OpenAIEmbeddings
+
+    remote = embedder_for(EmbedderSpec.parse(f"openai:m?dimensions=8&url={URL}&max_inputs=16"))
+    assert isinstance(remote, OpenAIEmbeddings)
+    assert (remote.model, remote.dimensions, remote.max_inputs) == ("m", 8, 16)
+    # The index is known by the model and where it runs, not by how it is called.
+    key = index_key_of(remote)
+    assert (key.embedder, key.model, key.dimensions) == ("openai", "m", 8)
+    assert dict(key.options) == {"url": URL}
+    asyncio.run(remote.aclose())
+    with pytest.raises(BadInput, match="needs the endpoint"):
+        embedder_for(EmbedderSpec.parse("openai:m?dimensions=8"))
+    with pytest.raises(BadInput, match="unknown option"):
+        embedder_for(EmbedderSpec.parse(f"openai:m?dimensions=8&url={URL}&colour=red"))
 
 
 def test_the_default_is_wordllama_where_it_loads() -> None:
@@ -227,7 +241,7 @@ def test_the_cli_lists_the_kinds_and_the_default() -> None:
     assert kinds["wordllama"]["available"] and kinds["wordllama"]["default"]
     assert kinds["wordllama"]["needs"]["wordllama"].startswith("0.4")
     assert "Llama 2" in kinds["wordllama"]["summary"]
-    assert not kinds["openai"]["available"]
+    assert kinds["openai"]["available"]
     for kind in kinds.values():
         assert EmbedderSpec.parse(kind["example"]).embedder == kind["kind"]
     text = _cli("embedders")
