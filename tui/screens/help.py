@@ -38,6 +38,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("p", "pause / resume the in-process workers (running tasks finish)"),
     ("ctrl+r", "restart the in-process workers that stopped (shown with why)"),
     ("R", "claim race: two workers try to claim one new task at once"),
+    ("I", "vector indexes and their re-embedding campaigns (bars)"),
+    ("n a r c d", "indexes: new, activate, resume, cancel campaign, drop (asks first)"),
     ("ctrl+p", "command palette: every action by name"),
     ("?", "this help"),
     ("esc", "back / close"),
