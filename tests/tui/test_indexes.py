@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import Button, Input, Label, ProgressBar
+from textual.widgets import Button, Input, Label, ProgressBar, Static
 
 from core.ingest.embedder import HashingEmbedder
 from core.states import DocumentStatus, IndexState
@@ -119,15 +119,29 @@ async def test_a_campaign_runs_on_the_screen_then_activate_switches_and_drop_ref
         assert new.has_class("-building")
         assert "campaign 0/4 · 4 queued" in labels(new)
 
+        # Cancel its campaign (asked, with a reason), then resume it.
+        await pilot.press("down")
+        detail = str(screen.query_one("#index-detail", Static).content)
+        assert "hashed-128  building" in detail and "campaign runs on the workers" in detail
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "its 4 re-embedding tasks still to run" in app.screen.body  # type: ignore[attr-defined]
+        await pilot.press(*"wrong model", "enter")
+        await wait_for(pilot, lambda: "4 cancelled" in labels(new), what=lambda: labels(new))
+        cancelled = await ledger.campaigns.progress("hashed-128")
+        assert cancelled.by_status == {"cancelled": 4}
+        await pilot.press("r")
+        await wait_for(pilot, lambda: "4 queued" in labels(new), what=lambda: labels(new))
+        assert any("hashed-128 resumed: 4 re-embedding tasks to run" in n for n in notes(app))
+
         await pilot.press("p")  # the workers run the campaign
         await wait_for(
             pilot, lambda: new.has_class("-ready"), what=lambda: f"the campaign: {labels(new)}"
         )
-        assert (bar.total, bar.progress) == (4, 4)
-        assert "campaign 4/4" in labels(new) and "4 vectors" in labels(new)
+        assert (bar.total, bar.progress) == (8, 4)  # 4 cancelled, 4 run again
+        assert "campaign 4/8 · 4 cancelled" in labels(new) and "4 vectors" in labels(new)
 
         # Activate it: the dialog says which index retires; the ledger switches.
-        await pilot.press("down")
         assert screen.selected() is not None and screen.selected().index.name == "hashed-128"  # type: ignore[union-attr]
         await pilot.press("a")
         said = await confirm(pilot)

@@ -17,18 +17,18 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Header, Label, ListItem, ListView, ProgressBar
+from textual.widgets import Header, Label, ListItem, ListView, ProgressBar, Static
 
 from core import NotFound, TaskStatus, visible
 from core.states import IndexState
 from tui import policy
 from tui.desk import Desk, desk_of
-from tui.format import failure_line
+from tui.format import failure_line, when
 from tui.messages import LedgerChanged
 from tui.screens.actions import notify_refusal
 from tui.widgets.footer import WholeKeysFooter
@@ -62,6 +62,33 @@ def campaign_text(progress: CampaignProgress) -> Text:
         out.append(" · ")
         out.append(f"{n} {status}", style="bold red" if status == "failed" else "")
     return out
+
+
+NEXT_STEP = {
+    IndexState.BUILDING: "its campaign runs on the workers; activate it (a) once it is ready",
+    IndexState.READY: "every version has its vectors: activate it (a) to switch search to it",
+    IndexState.ACTIVE: "search answers from it; activate another index to switch",
+    IndexState.RETIRED: "not kept current: resume (r) catches it up; drop (d) removes it",
+}
+
+
+def detail_text(progress: CampaignProgress) -> Text:
+    """The selected index: its version, options, when it was built and activated
+    (last), and what comes next."""
+    index = progress.index
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append(visible(index.name), style="bold")
+    out.append(f"  {index.state.value}  version {visible(index.version)}\n")
+    if index.options:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(index.options.items()))
+        out.append(f"options {visible(shown)}\n")
+    out.append(f"built {_when(index.built_at)} · activated {_when(index.activated_at)}\n")
+    out.append(NEXT_STEP[index.state], style="italic")
+    return out
+
+
+def _when(at: float | None) -> str:
+    return "-" if at is None else when(at)
 
 
 class IndexRow(ListItem):
@@ -137,10 +164,12 @@ class IndexesScreen(Screen[None]):
         with Vertical(id="indexes"):
             yield Label(NO_INDEX, id="indexes-empty")
             yield ListView(id="index-list")
+            yield Static("", id="index-detail")
         yield WholeKeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#index-list", ListView).focus()
+        self.query_one("#index-detail").border_title = "Selected index"
         self.reload()
 
     # ------------------------------------------------------------------ data
@@ -188,6 +217,18 @@ class IndexesScreen(Screen[None]):
         rows.border_title = "Vector indexes" + (
             f" · search answers from {visible(active.name)}" if active else ""
         )
+        self._show_selected()
+
+    def _show_selected(self) -> None:
+        progress = self.selected()
+        detail = self.query_one("#index-detail", Static)
+        detail.display = progress is not None
+        if progress is not None:
+            detail.update(detail_text(progress))
+
+    @on(ListView.Highlighted, "#index-list")
+    def _highlighted(self, event: ListView.Highlighted) -> None:
+        self._show_selected()
 
     def on_ledger_changed(self, message: LedgerChanged) -> None:
         # A campaign's task moved, or an ingestion finished (it queues one for every
@@ -291,8 +332,9 @@ class IndexesScreen(Screen[None]):
             (p.index for p in self.progress.values() if p.index.state is IndexState.ACTIVE), None
         )
         retires = (
-            f"{visible(active.name)} ({kind_text(active)}) retires: kept, and kept "
-            "current, until dropped; activate it again to switch back."
+            f"{visible(active.name)} ({kind_text(active)}) retires: kept until dropped, "
+            "but no longer kept current (resume catches it up before it is activated "
+            "again)."
             if active is not None
             else "No index is active now."
         )
