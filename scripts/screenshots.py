@@ -117,7 +117,7 @@ async def shoot_indexes(pilot: Pilot[Any], app: IngestDeskApp, ledger: Ledger) -
     screen = app.screen
     assert isinstance(screen, IndexesScreen)
     await until(pilot, lambda: len(screen.progress) >= 2, "the new index listed")
-    await pilot.press("p")
+    await pilot.press("down", "p")  # the new index selected; the workers resumed
 
     def under_way() -> bool:
         return any(p.done for p in screen.progress.values() if p.total)
