@@ -4,7 +4,8 @@
 
 Builds a demo ledger in a temporary folder (``core.demo``), runs the app headlessly
 with two in-process workers parsing the demo corpus, drives it with Textual's Pilot
-and saves one SVG per screen: main, failures, detail, race, review-desk, search and
+and saves one SVG per screen: main, failures, detail, race, review-desk, search,
+indexes (a second index for another embedder, its re-embedding campaign under way) and
 help, and the main screen once more in an 80x24 terminal (main-80x24: the narrow
 layout). For the review desk most of what the demo processed is published and a
 second version of one note is put up for review, so the desk shows a diff and the
@@ -30,10 +31,13 @@ from textual.widgets import DataTable  # noqa: E402
 
 from core import DocumentStatus, Ledger, TaskStatus  # noqa: E402
 from core.demo import RETRY_DOCUMENT, build_demo_async  # noqa: E402
+from core.ingest.embedders import unavailable_reason  # noqa: E402
+from core.ingest.embedding import index_key_for_spec  # noqa: E402
 from tui.app import IngestDeskApp  # noqa: E402
 from tui.screens.dashboard import DashboardScreen  # noqa: E402
 from tui.screens.failures import FailuresScreen  # noqa: E402
 from tui.screens.help import HelpScreen  # noqa: E402
+from tui.screens.indexes import IndexesScreen  # noqa: E402
 from tui.screens.race import RaceScreen  # noqa: E402
 from tui.screens.review_desk import ReviewDeskScreen  # noqa: E402
 from tui.screens.search import SearchScreen  # noqa: E402
@@ -99,6 +103,27 @@ async def put_up_versions(pilot: Pilot[Any], ledger: Ledger, corpus: Path) -> st
 
     await until_true(pilot, reviewable, "the second version to be processed")
     return draft.document_id
+
+
+async def shoot_indexes(pilot: Pilot[Any], app: IngestDeskApp, ledger: Ledger) -> None:
+    """A second index for the local model (the hashed bag of words where it cannot
+    load), its campaign under way on the indexes screen. The workers are left
+    paused for the picture."""
+    spec = "wordllama:128" if unavailable_reason("wordllama") is None else "hashed:128"
+    await pilot.press("p")  # paused: the campaign starts while the screen is open
+    await ledger.campaigns.create(index_key_for_spec(spec), actor="operator")
+    await pilot.press("I")
+    await until(pilot, lambda: isinstance(app.screen, IndexesScreen), "indexes")
+    screen = app.screen
+    assert isinstance(screen, IndexesScreen)
+    await until(pilot, lambda: len(screen.progress) >= 2, "the new index listed")
+    await pilot.press("down", "p")  # the new index selected; the workers resumed
+
+    def under_way() -> bool:
+        return any(p.done for p in screen.progress.values() if p.total)
+
+    await until(pilot, under_way, "its campaign under way")
+    await pilot.press("p")  # paused again for the picture: the caller resumes
 
 
 async def shoot(out: Path, png: bool) -> list[Path]:
@@ -203,6 +228,11 @@ async def shoot(out: Path, png: bool) -> list[Path]:
                 await until(pilot, lambda: search.searched == SEARCHED, "the hits")
                 await save("search")
                 await pilot.press("escape", "escape", "escape")
+                await until(pilot, lambda: isinstance(app.screen, DashboardScreen), "main")
+
+                await shoot_indexes(pilot, app, ledger)
+                await save("indexes", settle_s=1.0)
+                await pilot.press("p", "escape")
                 await until(pilot, lambda: isinstance(app.screen, DashboardScreen), "main")
 
                 await pilot.press("question_mark")

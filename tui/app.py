@@ -37,7 +37,7 @@ from core import (
     visible,
 )
 from core.gc_tuning import tuned_for_interactive_use
-from core.ledger import ProviderLedger, ProviderReview, Versions
+from core.ledger import Campaigns, ProviderLedger, ProviderReview, Versions
 from core.states import RequestState
 from tui import policy
 from tui.desk import Desk
@@ -100,12 +100,15 @@ class IngestDeskApp(App[int]):
         Binding("w", "add_worker", "+Worker", tooltip="Start one more in-process worker"),
         Binding("W", "remove_worker", "-Worker", tooltip="Stop the newest in-process worker"),
         Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume the in-process workers"),
-        Binding("R", "race", "Race", tooltip="Two workers race to claim one task"),
+        Binding("I", "indexes", "Indexes", tooltip="Vector indexes and their campaigns"),
         # ctrl+f, not a letter: the search box is one key away from every screen,
         # including those whose letters mean something else.
         Binding(
             "ctrl+f", "search", "Search", key_display="^f", tooltip="Search published documents"
         ),
+        # Last: the footer leaves out keys from the end when they do not fit, and of
+        # these the race (a demonstration) matters least.
+        Binding("R", "race", "Race", tooltip="Two workers race to claim one task"),
     ]
 
     def __init__(
@@ -131,6 +134,8 @@ class IngestDeskApp(App[int]):
         self.providers: ProviderLedger = ledger.providers
         self.provider_review: ProviderReview | None = None if read_only else ledger.provider_review
         self.versions: Versions | None = None if read_only else ledger.versions
+        self.indexes, self.index_progress = ledger.indexes, ledger.campaigns.progress
+        self.campaigns: Campaigns | None = None if read_only else ledger.campaigns
         self.workforce: Workforce | None = None
         if not read_only:
             # Short enough for the table's worker column, distinct between dashboards.
@@ -348,6 +353,12 @@ class IngestDeskApp(App[int]):
             self.pop_screen()
         opened[-1].focus_query()
 
+    def action_indexes(self) -> None:
+        from tui.screens.indexes import IndexesScreen
+
+        if not isinstance(self.screen, IndexesScreen | ModalScreen):
+            self.push_screen(IndexesScreen())
+
     def action_race(self) -> None:
         operator = policy.operator_for(self, "race")
         if operator is None:
@@ -419,6 +430,7 @@ class IngestDeskApp(App[int]):
                 self.action_toggle_pause,
             ),
             ("Claim race", "Two workers race to claim one new task", "race", self.action_race),
+            ("Indexes", "Vector indexes and campaigns (I)", "indexes", self.action_indexes),
             (
                 "Search documents",
                 "Ranked full-text search over published versions (ctrl+f)",

@@ -8,7 +8,7 @@ makes the type checker prove that.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
@@ -16,7 +16,14 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
     from core import Operator, Reads, WorkerView
-    from core.ledger import ProviderLedger, ProviderReview, Versions
+    from core.ledger import (
+        CampaignProgress,
+        Campaigns,
+        Indexes,
+        ProviderLedger,
+        ProviderReview,
+        Versions,
+    )
     from core.states import RequestState
     from tui.mirror import LedgerMirror
     from tui.workforce import Workforce
@@ -25,9 +32,10 @@ if TYPE_CHECKING:
 class Desk(Protocol):
     """The dashboard as its screens see it.
 
-    ``operator``, ``provider_review``, ``versions`` and ``workforce`` are None in
-    read-only mode: ask :func:`tui.policy.operator_for` / :func:`tui.policy.review_for`
-    / :func:`tui.policy.versions_for` / :func:`tui.policy.workforce_for` for them,
+    ``operator``, ``provider_review``, ``versions``, ``campaigns`` and ``workforce``
+    are None in read-only mode: ask :func:`tui.policy.operator_for` / :func:`tui.policy.review_for`
+    / :func:`tui.policy.versions_for` / :func:`tui.policy.campaigns_for` /
+    :func:`tui.policy.workforce_for` for them,
     which say the refusal when they are missing.
     """
 
@@ -54,6 +62,22 @@ class Desk(Protocol):
     @property
     def versions(self) -> Versions | None:
         """Document versions' decisions (publish, reject); None in read-only mode."""
+        ...
+
+    @property
+    def indexes(self) -> Indexes:
+        """The ledger's vector indexes (reads)."""
+        ...
+
+    @property
+    def index_progress(self) -> Callable[[str | int], Awaitable[CampaignProgress]]:
+        """An index's campaign progress, by name or id (a read: read-only has it)."""
+        ...
+
+    @property
+    def campaigns(self) -> Campaigns | None:
+        """Index actions: create, resume, cancel, activate, drop; None in read-only
+        mode."""
         ...
 
     @property

@@ -2,8 +2,9 @@
 
 Read-only is a missing object, not a flag checked in every handler: a read-only desk
 has no :class:`~core.Operator`, no :class:`~core.ledger.ProviderReview`, no
-:class:`~core.ledger.Versions` and no :class:`~tui.workforce.Workforce`. Code that
-changes the ledger asks :func:`operator_for`, :func:`review_for`, :func:`versions_for`
+:class:`~core.ledger.Versions`, no :class:`~core.ledger.Campaigns` and no
+:class:`~tui.workforce.Workforce`. Code that changes the ledger asks
+:func:`operator_for`, :func:`review_for`, :func:`versions_for`, :func:`campaigns_for`
 or :func:`workforce_for` for them; the answer may be None, so the type checker makes
 every caller handle "not here", and the refusal is said here, once, in one wording.
 """
@@ -17,7 +18,7 @@ from textual.binding import Binding, BindingType
 
 if TYPE_CHECKING:
     from core import Operator
-    from core.ledger import ProviderReview, Versions
+    from core.ledger import Campaigns, ProviderReview, Versions
     from tui.desk import Desk
     from tui.workforce import Workforce
 
@@ -37,6 +38,11 @@ CHANGING_ACTIONS: dict[str, str] = {
     "mark_failed": "mark provider requests failed",
     "publish": "publish document versions",
     "reject": "reject document versions",
+    "create_index": "create indexes",
+    "activate_index": "activate indexes",
+    "resume_index": "resume index campaigns",
+    "cancel_campaign": "cancel index campaigns",
+    "drop_index": "drop indexes",
 }
 # The changing actions that are a person's decision on provider requests: they need
 # the desk's provider review, not its operator.
@@ -44,6 +50,10 @@ REVIEW_ACTIONS = frozenset({"resend", "mark_failed"})
 # The changing actions that are the review desk's decisions on document versions:
 # they need the desk's versions role.
 VERSION_ACTIONS = frozenset({"publish", "reject"})
+# The changing actions on vector indexes: they need the desk's campaigns role.
+INDEX_ACTIONS = frozenset(
+    {"create_index", "activate_index", "resume_index", "cancel_campaign", "drop_index"}
+)
 REFUSAL_TITLE = "read-only"
 
 
@@ -61,6 +71,8 @@ def allows(desk: Desk, action: str) -> bool:
         return desk.provider_review is not None
     if action in VERSION_ACTIONS:
         return desk.versions is not None
+    if action in INDEX_ACTIONS:
+        return desk.campaigns is not None
     return desk.operator is not None
 
 
@@ -93,6 +105,14 @@ def versions_for(desk: Desk, action: str) -> Versions | None:
     if versions is None:
         refuse(desk, action)
     return versions
+
+
+def campaigns_for(desk: Desk, action: str) -> Campaigns | None:
+    """The desk's index actions for ``action``, or None after refusing it (read-only)."""
+    campaigns = desk.campaigns
+    if campaigns is None:
+        refuse(desk, action)
+    return campaigns
 
 
 def workforce_for(desk: Desk, action: str) -> Workforce | None:

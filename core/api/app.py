@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from core.api import documents, problems, service, tasks, versions
+from core.api import documents, indexes, problems, service, tasks, versions
 from core.api.auth import Gate
 from core.api.bodies import BodyGuard, BodyLimits
 from core.api.context import filtered_reads
@@ -52,7 +52,8 @@ def create_app(settings: Settings, bodies: BodyLimits | None = None) -> FastAPI:
         title=API_TITLE,
         version=API_VERSION,
         description="Upload documents, submit them for ingestion (202 at once), watch, "
-        "cancel, retry; upload new versions, review, publish, reject, withdraw, delete. "
+        "cancel, retry; upload new versions, review, publish, reject, withdraw, delete; "
+        "list, create, activate and drop vector indexes. "
         "Errors are application/problem+json.",
         lifespan=lifespan,
     )
@@ -63,5 +64,6 @@ def create_app(settings: Settings, bodies: BodyLimits | None = None) -> FastAPI:
     app.include_router(documents.router)
     app.include_router(versions.router)
     app.include_router(tasks.router)
+    app.include_router(indexes.router)
     app.include_router(service.router)
     return app
