@@ -109,7 +109,7 @@ class IndexState(StrEnum):
     BUILDING = "building"  # its campaign is embedding the stored chunks
     READY = "ready"  # every published and review-pending version has its vectors
     ACTIVE = "active"  # the one search answers from
-    RETIRED = "retired"  # was active; kept (and kept current) until dropped
+    RETIRED = "retired"  # was active; kept until dropped, not kept current (resume it)
 
 
 class RequestState(StrEnum):
