@@ -115,7 +115,11 @@ _CLAIM_RETURNING = (
 _CLAIM_SET = update(TASKS).values(
     status=TaskStatus.RUNNING.value,
     previous_status=TASKS.c.status,
-    stage=Stage.DOWNLOAD.value,
+    # A re-embedding task has one stage: it never downloads (core.ledger.campaigns).
+    stage=case(
+        (TASKS.c.index_id.is_(None), literal(Stage.DOWNLOAD.value)),
+        else_=literal(Stage.EMBEDDING.value),
+    ),
     completed=0,
     total=1,
     worker_id=bindparam("p_worker_id"),

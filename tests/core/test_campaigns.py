@@ -138,6 +138,8 @@ async def test_cancelling_or_reaping_a_reembedding_task_keeps_its_version(
     progress = await ledger.campaigns.create(SMALL)
     [held, *_] = await ledger.queue.claim_next("vanished", limit=1)
     assert held.index_id == progress.index.id
+    # Claimed, it is at its one stage: it never downloads.
+    assert (await ledger.reads.get_task(held.task_id)).stage is Stage.EMBEDDING
     clock.advance(held.lease_s + 1)
     reaped = await ledger.queue.reap()
     assert [r.task_id for r in reaped] == [held.task_id]
