@@ -335,9 +335,8 @@ async def test_a_ledger_from_before_stored_folded_names_is_filled_when_opened(
     tmp_path: Path,
 ) -> None:
     """Migration 0012 folds the names of the documents already there, as new ones are."""
-    import sqlite3
-
     from core import Settings, sqlite_url
+    from tests.old_ledgers import set_back
 
     settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "o")
     ledger = await Ledger.open(settings)
@@ -345,10 +344,7 @@ async def test_a_ledger_from_before_stored_folded_names_is_filled_when_opened(
         await add(ledger, TEXT + name.encode(), name)
     await ledger.close()
     # The ledger as 0011 left it: no folded names.
-    with sqlite3.connect(tmp_path / "ledger.db") as raw:
-        raw.execute("DROP TABLE document_pages")  # (0013, after it)
-        raw.execute("ALTER TABLE documents DROP COLUMN filename_folded")
-        raw.execute("UPDATE alembic_version SET version_num = '0011'")
+    set_back(tmp_path / "ledger.db", "0011")
 
     ledger = await Ledger.open(settings)
     try:

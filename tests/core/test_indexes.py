@@ -20,6 +20,7 @@ from core.ingest.worker import Worker
 from core.ledger import ChunkRecord, IndexKey
 from core.ledger.migrate import SCHEMA_HEAD
 from core.states import IndexState, TaskStatus
+from tests.old_ledgers import set_back
 
 HASHED = index_key_of(HashingEmbedder())
 OTHER = IndexKey("wordllama", "l2_supercat", "test-1", 4)
@@ -119,13 +120,7 @@ def _ledger_at_0013(path: Path, tmp_path: Path) -> None:
             pass
 
     asyncio.run(made())
-    with sqlite3.connect(path) as raw:
-        raw.execute("DROP INDEX ix_tasks_index_status")  # 0015 undone
-        raw.execute("ALTER TABLE ingestion_tasks DROP COLUMN index_id")
-        raw.execute("DROP TABLE chunk_vectors")
-        raw.execute("DROP TABLE indexes")
-        raw.execute("ALTER TABLE chunks ADD COLUMN embedding BLOB")
-        raw.execute("UPDATE alembic_version SET version_num = '0013'")
+    set_back(path, "0013")
 
 
 def test_a_ledger_from_before_indexes_keeps_each_vector_in_its_embedders_index(

@@ -21,6 +21,7 @@ from core.ledger import ChunkRecord, DocumentView
 from core.ledger.pages import PageView, page_runs
 from core.states import DocumentStatus, ErrorCode, PageDecision, TaskStatus
 from tests.core.test_worker import add, cli, drain
+from tests.old_ledgers import set_back
 
 REAL_PDFS = Path("/work/shared/corpora/real-pdfs")
 TEXT_PDF = REAL_PDFS / "004-pdflatex-4-pages" / "pdflatex-4-pages.pdf"
@@ -407,14 +408,7 @@ async def test_a_ledger_from_before_pages_were_recorded_gains_the_table(tmp_path
     settings = Settings(db_url=f"sqlite:///{tmp_path / 'l.db'}", store_root=tmp_path / "o")
     async with await Ledger.open(settings) as ledger:
         old = await finished(ledger, [])
-    with sqlite3.connect(tmp_path / "l.db") as raw:  # the ledger as 0012 left it
-        raw.execute("DROP TABLE document_pages")
-        raw.execute("DROP INDEX ix_tasks_index_status")  # 0015 undone
-        raw.execute("ALTER TABLE ingestion_tasks DROP COLUMN index_id")
-        raw.execute("DROP TABLE chunk_vectors")  # and as 0014 found it
-        raw.execute("DROP TABLE indexes")
-        raw.execute("ALTER TABLE chunks ADD COLUMN embedding BLOB")
-        raw.execute("UPDATE alembic_version SET version_num = '0012'")
+    set_back(tmp_path / "l.db", "0012")  # the ledger as 0012 left it
     async with await Ledger.open(settings) as ledger:
         assert (await ledger.reads.pages(old.document_id))[1] == []  # none recorded then
         new = await finished(ledger, scan(), "new.pdf")

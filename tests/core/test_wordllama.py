@@ -322,7 +322,9 @@ async def test_a_worker_stores_wordllama_vectors(tmp_path: Path) -> None:
         await Worker(ledger, "w-wordllama", pool=pool, embedder=embedder).run(until_idle=True)
         task = await ledger.reads.get_task(task_id)
         assert task.status is TaskStatus.SUCCEEDED, task.error_code
-        records = await ledger.reads.chunk_records(doc.document_id)
+        active = await ledger.indexes.active()
+        assert active is not None and active.embedder == "wordllama"
+        records = await ledger.reads.chunk_records(doc.document_id, active.id)
     assert len(records) > 1
     assert [r.embedding for r in records] == embedder.embed_now([r.text for r in records])
     assert (task.options["embedder"], task.options["embedder_version"]) == (

@@ -1,0 +1,35 @@
+"""A SQLite ledger as an older ingestdesk left it: made at the head, the later
+migrations' changes taken back, newest first, and its revision set back. Tests of a
+migration's upgrade start from this (Alembic's own downgrades are not kept for every
+revision; these are what each upgrade must find)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+# What each revision added, as the statements that take it back.
+UNDO: dict[str, tuple[str, ...]] = {
+    "0015": (
+        "DROP INDEX ix_tasks_index_status",
+        "ALTER TABLE ingestion_tasks DROP COLUMN index_id",
+    ),
+    "0014": (
+        "DROP TABLE chunk_vectors",
+        "DROP TABLE indexes",
+        "ALTER TABLE chunks ADD COLUMN embedding BLOB",
+    ),
+    "0013": ("DROP TABLE document_pages",),
+    "0012": ("ALTER TABLE documents DROP COLUMN filename_folded",),
+}
+
+
+def set_back(path: Path, revision: str) -> None:
+    """Take back every revision after ``revision`` (one of UNDO's or the one before
+    its oldest) in the SQLite ledger at ``path``."""
+    with sqlite3.connect(path) as raw:
+        for later in sorted(UNDO, reverse=True):
+            if later > revision:
+                for statement in UNDO[later]:
+                    raw.execute(statement)
+        raw.execute("UPDATE alembic_version SET version_num = ?", (revision,))
