@@ -1,0 +1,356 @@
+"""One search entry point for every face (CLI, HTTP, dashboard): keyword, vector or
+hybrid search over the published chunks, answered from the active index.
+
+* ``keyword``: :mod:`core.ledger.search` (BM25 / ts_rank, every query word required);
+* ``vector``: the query embedded by the active index's embedder and compared with the
+  index's vectors (:mod:`core.ledger.vector_search`, exact), best candidates kept if
+  their document version is published (decided now, as keyword search does);
+* ``hybrid``: both rankings fused by reciprocal rank fusion (:mod:`core.ledger.fusion`).
+  The keyword leg keeps its AND: measured on tests/retrieval/, a leg that ORs the
+  query's words lets common words put near-twins (``HR-120`` for ``HR-121``) and
+  unrelated chunks into the fusion on a par with the vector ranking's best
+  (``python -m bench.search`` prints both).
+
+The default is hybrid once the active index is a real model, keyword while it is the
+hashed bag of words (whose "vectors" only re-rank the same words).
+
+When the query cannot be embedded (a remote embedder that does not answer), a vector
+search fails with :class:`~core.errors.ProviderUnreachable` (code
+``provider_unavailable``); a hybrid search answers with its keyword ranks alone and
+says so in :attr:`SearchAnswer.notice`, which every face shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from core.errors import BadInput, ProviderUnreachable
+from core.ingest.embedder import HashingEmbedder, ProviderUnavailable
+from core.ingest.providers import LookupUnavailable, OutcomeUnknown, ProviderRejected
+from core.ledger.fusion import reciprocal_rank_fusion
+from core.ledger.schema import CHUNKS, DOCUMENTS
+from core.ledger.search import SNIPPET_WORDS, check_query, run_search
+from core.ledger.transactions import Transactions
+from core.ledger.views import SearchHit, _View, chunk_place
+from core.states import DocumentStatus, ErrorCode
+
+if TYPE_CHECKING:
+    from core.ledger.vector_search import IndexLike, IndexSource, VectorCache
+
+# Candidates each leg of a hybrid search brings to the fusion: RRF only sees ranks,
+# and past ~100 a rank adds under 1/160 to a score.
+HYBRID_CANDIDATES = 100
+# Vector candidates are checked for publication in the ledger: first this many times
+# the hits asked for, then (when too few were published) four times more, until the
+# whole index has been looked at.
+VECTOR_OVERFETCH = 4
+HASHED_EMBEDDERS = frozenset({"hashed", "hashed-bag-of-words"})
+EMBEDDERS_MODULE = "core.ingest.embedders"  # the registry: embedder_for(EmbedderSpec)
+
+
+class SearchMode(StrEnum):
+    KEYWORD = "keyword"
+    VECTOR = "vector"
+    HYBRID = "hybrid"
+
+
+MODES = tuple(m.value for m in SearchMode)
+
+
+def parse_mode(mode: str | SearchMode | None) -> SearchMode | None:
+    """A mode by name (None: the default for the active index).
+
+    Raises:
+        BadInput: not one of :data:`MODES`.
+    """
+    if mode is None or isinstance(mode, SearchMode):
+        return mode
+    try:
+        return SearchMode(mode)
+    except ValueError:
+        raise BadInput(f"search mode is one of {', '.join(MODES)} ({mode[:40]!r} asked)") from None
+
+
+def default_mode(index: IndexLike | None) -> SearchMode:
+    """Hybrid when the active index is a real model, keyword otherwise."""
+    if index is None or index.embedder in HASHED_EMBEDDERS:
+        return SearchMode.KEYWORD
+    return SearchMode.HYBRID
+
+
+@dataclass(frozen=True)
+class SearchAnswer(_View):
+    """A search's hits and how they were found: the mode, the index whose vectors
+    answered ("" for keyword search), the vector path, and a notice when the answer
+    is not what was asked (a hybrid search that fell back to keyword ranks)."""
+
+    hits: list[SearchHit]
+    mode: str
+    index: str = ""
+    path: str = ""
+    notice: str = ""
+    asked: str = ""  # the mode asked for ("" when the default was taken)
+
+
+EmbedderFactory = Callable[["IndexLike"], Any]
+
+
+def registry_embedder(index: IndexLike) -> Any:
+    """The active index's embedder from the registry (:mod:`core.ingest.embedders`);
+    the hashed bag of words is known here too, so a ledger works without it."""
+    try:
+        registry = importlib.import_module(EMBEDDERS_MODULE)
+    except ImportError:
+        registry = None
+    if registry is not None:
+        spec = registry.EmbedderSpec(
+            embedder=index.embedder,
+            model=index.model,
+            dimensions=index.dimensions,
+            options=dict(index.options),
+        )
+        return registry.embedder_for(spec)
+    if index.embedder in HASHED_EMBEDDERS:
+        return HashingEmbedder(index.dimensions)
+    raise ProviderUnreachable(f"{ErrorCode.PROVIDER_UNAVAILABLE}: no embedder {index.embedder!r}")
+
+
+_UNREACHABLE = (
+    ProviderUnavailable,
+    OutcomeUnknown,
+    ProviderRejected,
+    LookupUnavailable,
+    OSError,
+    TimeoutError,
+)
+
+
+class Searcher:
+    """Searches of one ledger; holds this process's index matrices and the query
+    embedders (a local model is loaded once)."""
+
+    def __init__(
+        self,
+        transactions: Transactions,
+        indexes: IndexSource | None,
+        *,
+        embedders: EmbedderFactory = registry_embedder,
+    ) -> None:
+        self._tx = transactions
+        self._indexes = indexes
+        self._embedder_for = embedders
+        self._embedders: dict[tuple[int, str, str, int], Any] = {}
+        self._cache: VectorCache | None = None
+
+    @property
+    def cache(self) -> VectorCache:
+        if self._cache is None:
+            assert self._indexes is not None
+            from core.ledger.vector_search import VectorCache
+
+            self._cache = VectorCache(self._indexes)
+        return self._cache
+
+    async def active(self) -> IndexLike | None:
+        return None if self._indexes is None else await self._indexes.active()
+
+    async def find(
+        self,
+        query: str,
+        *,
+        mode: str | SearchMode | None = None,
+        limit: int = 20,
+        include_unpublished: bool = False,
+    ) -> SearchAnswer:
+        asked = parse_mode(mode)
+        check_query(query, limit)
+        label = asked.value if asked else ""
+        index = await self.active() if asked != SearchMode.KEYWORD else None
+        chosen = asked or default_mode(index)
+        backend = self._tx.backend
+
+        async def keyword(n: int) -> list[SearchHit]:
+            return await self._tx.read(
+                lambda conn: _keyword(conn, backend, query, n, include_unpublished)
+            )
+
+        if chosen == SearchMode.KEYWORD:
+            return SearchAnswer(await keyword(limit), chosen.value, asked=label)
+        if index is None:
+            raise BadInput("no active index: vector search needs one (`ingestdesk index list`)")
+        from core.ledger.vector_search import SEARCH_PATH
+
+        want = limit if chosen == SearchMode.VECTOR else max(limit, HYBRID_CANDIDATES)
+        try:
+            vector = await self._vector_hits(index, query, want, include_unpublished)
+        except ProviderUnreachable as exc:
+            if chosen == SearchMode.VECTOR:
+                raise
+            return SearchAnswer(
+                await keyword(limit),
+                SearchMode.KEYWORD.value,
+                index=index.name,
+                path=SEARCH_PATH,
+                notice=f"keyword ranks only: {exc.message}",
+                asked=label,
+            )
+        if chosen == SearchMode.VECTOR:
+            return SearchAnswer(vector, chosen.value, index.name, SEARCH_PATH, asked=label)
+        words = await keyword(max(limit, HYBRID_CANDIDATES))
+        hits = fuse(words, vector, limit, index.name)
+        return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
+
+    async def _query_vector(self, index: IndexLike, query: str) -> bytes:
+        key = (index.id, index.embedder, index.model, index.dimensions)
+        embedder = self._embedders.get(key)
+        if embedder is None:
+            embedder = self._embedders[key] = self._embedder_for(index)
+        what = f"{index.embedder} {index.model}".strip()
+        try:
+            if hasattr(embedder, "embed"):
+                (vector,) = await embedder.embed([query])
+            else:
+                digest = hashlib.sha256(query.encode()).hexdigest()[:32]
+                reply = await embedder.submit(f"query-{digest}", [query])
+                (vector,) = reply.vectors
+        except _UNREACHABLE as exc:
+            # Our own exceptions' words; a library's may hold a URL: its type only.
+            ours = isinstance(exc, ProviderUnavailable) and str(exc)
+            detail = str(exc).splitlines()[0][:200] if ours else type(exc).__name__
+            raise ProviderUnreachable(
+                f"{ErrorCode.PROVIDER_UNAVAILABLE}: the index's embedder ({what}) did not "
+                f"embed the query ({detail})"
+            ) from None
+        return bytes(vector)
+
+    async def _vector_hits(
+        self, index: IndexLike, query: str, want: int, include_unpublished: bool
+    ) -> list[SearchHit]:
+        from core.ledger.vector_search import as_query
+
+        raw = await self._query_vector(index, query)
+        matrix = await self.cache.current(index)
+        q = as_query(raw, index.dimensions)
+        k = max(want * VECTOR_OVERFETCH, want)
+        while True:
+            candidates = matrix.top(q, k)
+            ids = [chunk for chunk, _ in candidates]
+            rows = await self._tx.read(
+                partial(_chunk_rows, ids=ids, include_unpublished=include_unpublished)
+            )
+            ranked = [(rows[c], score) for c, score in candidates if c in rows]
+            if len(ranked) >= want or k >= matrix.count:
+                break
+            k *= VECTOR_OVERFETCH
+        return [
+            _vector_hit(row, score, rank, index.name)
+            for rank, (row, score) in enumerate(ranked[:want], start=1)
+        ]
+
+
+def _keyword(
+    conn: Connection, backend: str, query: str, limit: int, include_unpublished: bool
+) -> list[SearchHit]:
+    hits = run_search(conn, backend, query, limit=limit, include_unpublished=include_unpublished)
+    return [
+        replace(h, mode="keyword", keyword_rank=rank, keyword_score=h.score)
+        for rank, h in enumerate(hits, start=1)
+    ]
+
+
+def _chunk_rows(conn: Connection, ids: Sequence[int], include_unpublished: bool) -> dict[int, Any]:
+    """The chunks among ``ids`` whose version is published (any, with
+    ``include_unpublished``), by chunk id."""
+    out: dict[int, Any] = {}
+    joined = CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id)
+    # In slices: a statement's parameters are bounded (SQLite: 32 766).
+    for start in range(0, len(ids), 5000):
+        stmt = (
+            select(
+                CHUNKS.c.id,
+                CHUNKS.c.document_id,
+                DOCUMENTS.c.family_id,
+                DOCUMENTS.c.version_no,
+                DOCUMENTS.c.filename,
+                CHUNKS.c.ordinal,
+                CHUNKS.c.page,
+                CHUNKS.c.text,
+                CHUNKS.c.location,
+            )
+            .select_from(joined)
+            .where(CHUNKS.c.id.in_(ids[start : start + 5000]))
+        )
+        if not include_unpublished:
+            stmt = stmt.where(DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value)
+        out.update({r.id: r for r in conn.execute(stmt)})
+    return out
+
+
+def excerpt(text: str, words: int = SNIPPET_WORDS) -> str:
+    """A vector hit's snippet: the chunk's first words (no word matched to mark)."""
+    parts = text.split()
+    return " ".join(parts[:words]) + ("…" if len(parts) > words else "")
+
+
+def _vector_hit(row: Any, score: float, rank: int, index: str) -> SearchHit:
+    location, place = chunk_place(row.page, row.location)
+    rounded = float(f"{score:.6g}")
+    return SearchHit(
+        document_id=row.document_id,
+        filename=row.filename,
+        ordinal=row.ordinal,
+        page=row.page,
+        text=row.text,
+        family_id=row.family_id,
+        version_no=row.version_no,
+        score=rounded,
+        snippet=excerpt(row.text),
+        location=location,
+        place=place,
+        mode="vector",
+        index=index,
+        vector_rank=rank,
+        vector_score=rounded,
+    )
+
+
+def fuse(
+    keyword: Sequence[SearchHit], vector: Sequence[SearchHit], limit: int, index: str
+) -> list[SearchHit]:
+    """The two rankings fused (RRF), best first; a hit keeps both legs' ranks and
+    scores, and the keyword leg's snippet (its marked words) when it has one."""
+
+    def key(h: SearchHit) -> tuple[str, int]:
+        return (h.document_id, h.ordinal)
+
+    by_key: dict[tuple[str, int], SearchHit] = {key(h): h for h in vector}
+    words: Mapping[tuple[str, int], SearchHit] = {key(h): h for h in keyword}
+    fused = reciprocal_rank_fusion([[key(h) for h in keyword], [key(h) for h in vector]])
+    out = []
+    for k, score in fused[:limit]:
+        kw, vec = words.get(k), by_key.get(k)
+        base = kw or vec
+        assert base is not None
+        out.append(
+            replace(
+                base,
+                mode="hybrid",
+                index=index,
+                score=float(f"{score:.6g}"),
+                fused_score=float(f"{score:.6g}"),
+                keyword_rank=kw.keyword_rank if kw else None,
+                keyword_score=kw.keyword_score if kw else None,
+                vector_rank=vec.vector_rank if vec else None,
+                vector_score=vec.vector_score if vec else None,
+            )
+        )
+    return out
