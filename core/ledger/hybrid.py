@@ -36,7 +36,12 @@ from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, ProviderUnreachable
 from core.ingest.embedder import HashingEmbedder, ProviderUnavailable
-from core.ingest.providers import LookupUnavailable, OutcomeUnknown, ProviderRejected
+from core.ingest.providers import (
+    LookupUnavailable,
+    NotSent,
+    OutcomeUnknown,
+    ProviderRejected,
+)
 from core.ledger.fusion import reciprocal_rank_fusion
 from core.ledger.schema import CHUNKS, DOCUMENTS
 from core.ledger.search import SNIPPET_WORDS, check_query, query_terms, run_search
@@ -125,6 +130,15 @@ def registry_embedder(index: IndexLike) -> Any:
     raise ProviderUnreachable(f"{ErrorCode.PROVIDER_UNAVAILABLE}: no embedder {index.embedder!r}")
 
 
+_WHAT_HAPPENED: tuple[tuple[type[BaseException], str], ...] = (
+    (NotSent, "not reached"),
+    (ProviderUnavailable, "unavailable"),
+    (OutcomeUnknown, "no usable reply"),
+    (ProviderRejected, "refused the request"),
+    (LookupUnavailable, "no answer"),
+    (TimeoutError, "timed out"),
+    (OSError, "not reached"),
+)
 _UNREACHABLE = (
     ProviderUnavailable,
     OutcomeUnknown,
@@ -224,13 +238,14 @@ class Searcher:
             if hasattr(embedder, "embed"):
                 (vector,) = await embedder.embed([query])
             else:
-                digest = hashlib.sha256(query.encode()).hexdigest()[:32]
-                reply = await embedder.submit(f"query-{digest}", [query])
+                # A request key of its own (64 hex digits): a query is not a chunk.
+                key = hashlib.sha256(b"search query\n" + query.encode()).hexdigest()
+                reply = await embedder.submit(key, [query])
                 (vector,) = reply.vectors
         except _UNREACHABLE as exc:
-            # Our own exceptions' words; a library's may hold a URL: its type only.
-            ours = isinstance(exc, ProviderUnavailable) and str(exc)
-            detail = str(exc).splitlines()[0][:200] if ours else type(exc).__name__
+            # What happened in our words: the exceptions' own messages name the
+            # endpoint's address, which a client of the API is not told.
+            detail = next((d for cls, d in _WHAT_HAPPENED if isinstance(exc, cls)), "failed")
             raise ProviderUnreachable(
                 f"{ErrorCode.PROVIDER_UNAVAILABLE}: the index's embedder ({what}) did not "
                 f"embed the query ({detail})"
