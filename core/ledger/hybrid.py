@@ -239,8 +239,8 @@ class Searcher:
                 (vector,) = await embedder.embed([query])
             else:
                 # A request key of its own (64 hex digits): a query is not a chunk.
-                key = hashlib.sha256(b"search query\n" + query.encode()).hexdigest()
-                reply = await embedder.submit(key, [query])
+                request_key = hashlib.sha256(b"search query\n" + query.encode()).hexdigest()
+                reply = await embedder.submit(request_key, [query])
                 (vector,) = reply.vectors
         except _UNREACHABLE as exc:
             # What happened in our words: the exceptions' own messages name the
