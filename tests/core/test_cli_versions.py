@@ -469,6 +469,15 @@ def test_the_cli_search_refuses_what_the_ledger_would_not_do(cli: Cli, tmp_path:
     message = refused(cli, EXIT_BAD_INPUT, "search", "reaper", "--limit", "5000")
     assert "--limit" in message and f"from 1 to {SEARCH_LIMIT_MAX}" in message
     assert len(value(cli, "search", "reaper", "--limit", str(SEARCH_LIMIT_MAX))) == 1
+    message = refused(cli, EXIT_BAD_INPUT, "search", "reaper", "--mode", "semantic")
+    assert message == "search mode is one of keyword, vector, hybrid ('semantic' asked)"
+    (hit,) = value(cli, "search", "reaper", "--mode", "keyword")
+    assert (hit["mode"], hit["index"], hit["keyword_rank"], hit["vector_rank"]) == (
+        "keyword",
+        "",
+        1,
+        None,
+    )
 
 
 def test_a_hostile_reason_is_kept_inert_and_shown_escaped(cli: Cli, tmp_path: Path) -> None:
