@@ -59,6 +59,7 @@ HYBRID_CANDIDATES = 100
 # the hits asked for, then (when too few were published) four times more, until the
 # whole index has been looked at.
 VECTOR_OVERFETCH = 4
+ID_SLICE = 5000  # ids per IN (...) list
 HASHED_EMBEDDERS = frozenset({"hashed", "hashed-bag-of-words"})
 EMBEDDERS_MODULE = "core.ingest.embedders"  # the registry: embedder_for(EmbedderSpec)
 
@@ -299,32 +300,39 @@ def _keyword(
     ]
 
 
-def _chunk_rows(conn: Connection, ids: Sequence[int], include_unpublished: bool) -> dict[int, Any]:
+def _chunk_rows(
+    conn: Connection, ids: Sequence[int], include_unpublished: bool
+) -> dict[int, tuple[Any, Any]]:
     """The chunks among ``ids`` whose version is published (any, with
-    ``include_unpublished``), by chunk id."""
-    out: dict[int, Any] = {}
-    joined = CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id)
+    ``include_unpublished``): chunk id -> (chunk row, version row).
+
+    Two look-ups by primary key, not one join: with the status condition in a join,
+    SQLite's planner starts from the documents' status index and reads every
+    published document's chunks (3.8 ms for 40 candidates at 10k chunks, growing
+    with the ledger)."""
+    chunks: list[Any] = []
     # In slices: a statement's parameters are bounded (SQLite: 32 766).
-    for start in range(0, len(ids), 5000):
-        stmt = (
+    for start in range(0, len(ids), ID_SLICE):
+        chunks += conn.execute(
             select(
                 CHUNKS.c.id,
                 CHUNKS.c.document_id,
-                DOCUMENTS.c.family_id,
-                DOCUMENTS.c.version_no,
-                DOCUMENTS.c.filename,
                 CHUNKS.c.ordinal,
                 CHUNKS.c.page,
                 CHUNKS.c.text,
                 CHUNKS.c.location,
-            )
-            .select_from(joined)
-            .where(CHUNKS.c.id.in_(ids[start : start + 5000]))
-        )
+            ).where(CHUNKS.c.id.in_(ids[start : start + ID_SLICE]))
+        ).all()
+    wanted = sorted({c.document_id for c in chunks})
+    versions: dict[str, Any] = {}
+    for start in range(0, len(wanted), ID_SLICE):
+        stmt = select(
+            DOCUMENTS.c.id, DOCUMENTS.c.family_id, DOCUMENTS.c.version_no, DOCUMENTS.c.filename
+        ).where(DOCUMENTS.c.id.in_(wanted[start : start + ID_SLICE]))
         if not include_unpublished:
             stmt = stmt.where(DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value)
-        out.update({r.id: r for r in conn.execute(stmt)})
-    return out
+        versions.update({r.id: r for r in conn.execute(stmt)})
+    return {c.id: (c, versions[c.document_id]) for c in chunks if c.document_id in versions}
 
 
 def excerpt(text: str, words: int = SNIPPET_WORDS) -> str:
@@ -333,17 +341,18 @@ def excerpt(text: str, words: int = SNIPPET_WORDS) -> str:
     return " ".join(parts[:words]) + ("…" if len(parts) > words else "")
 
 
-def _vector_hit(row: Any, score: float, rank: int, index: str) -> SearchHit:
+def _vector_hit(rows: tuple[Any, Any], score: float, rank: int, index: str) -> SearchHit:
+    row, version = rows
     location, place = chunk_place(row.page, row.location)
     rounded = float(f"{score:.6g}")
     return SearchHit(
         document_id=row.document_id,
-        filename=row.filename,
+        filename=version.filename,
         ordinal=row.ordinal,
         page=row.page,
         text=row.text,
-        family_id=row.family_id,
-        version_no=row.version_no,
+        family_id=version.family_id,
+        version_no=version.version_no,
         score=rounded,
         snippet=excerpt(row.text),
         location=location,

@@ -5,8 +5,10 @@ product.
 Why exact, in numpy, and float32 (measured on the 2-core development machine under a
 load of ~3, 1M x 256 random unit vectors; ``python -m bench.search`` prints it again):
 
-* ``matrix @ query`` at 1M x 256 float32: 120 ms median, 170 ms worst of 7 (BLAS,
-  bound by reading the 1 GB once), plus 10 ms for ``argpartition`` of the top hits;
+* ``matrix @ query`` at 1M x 256 float32: 90-120 ms median (BLAS, bound by reading
+  the 1 GB once), plus 10-20 ms for ``argpartition`` of the top hits. On one BLAS
+  thread (:func:`one_blas_thread`): OpenBLAS's own threads wait for a busy core, and
+  made the product at 10k rows 12 ms instead of 0.4 ms (at 1M: 84 ms against 92);
 * float16 storage (512 MB) costs 1.8 s a query (numpy has no float16 BLAS: every
   block is converted first), int8 storage (256 MB) 0.7 s: each is over the 250 ms
   target at 1M by itself, so quantising trades the target for memory. Not done;
@@ -101,18 +103,23 @@ class IndexMatrix:
         """Bytes held (capacity, not just the rows in use)."""
         return int(self._matrix.nbytes + self._chunks.nbytes)
 
+    def reserve(self, rows: int) -> None:
+        """Room for ``rows`` vectors in all, allocated once: growing by steps while
+        loading 1M rows would hold the old and the new matrix at each step."""
+        if rows > len(self._chunks):
+            grown = np.empty((rows, self.dimensions), np.float32)
+            grown[: self.count] = self._matrix[: self.count]
+            chunks = np.empty(rows, np.int64)
+            chunks[: self.count] = self._chunks[: self.count]
+            self._matrix, self._chunks = grown, chunks
+
     def append(self, rows: Sequence[tuple[int, int, bytes]]) -> None:
         """Add rows (row id, chunk id, float32 LE vector), in row id order."""
         if not rows:
             return
         need = self.count + len(rows)
         if need > len(self._chunks):
-            capacity = max(need, int(len(self._chunks) * GROW_FACTOR), 1024)
-            grown = np.empty((capacity, self.dimensions), np.float32)
-            grown[: self.count] = self._matrix[: self.count]
-            chunks = np.empty(capacity, np.int64)
-            chunks[: self.count] = self._chunks[: self.count]
-            self._matrix, self._chunks = grown, chunks
+            self.reserve(max(need, int(len(self._chunks) * GROW_FACTOR), 1024))
         block = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4")
         self._matrix[self.count : need] = block.reshape(len(rows), self.dimensions)
         self._chunks[self.count : need] = [r[1] for r in rows]
@@ -136,7 +143,7 @@ def top_k(
     if n == 0 or k <= 0:
         return []
     scores = matrix @ query
-    part = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
+    part = np.argpartition(scores, n - k)[n - k :] if k < n else np.arange(n)
     order = part[np.lexsort((part, -scores[part]))]
     return [(int(chunk_ids[i]), float(scores[i])) for i in order]
 
@@ -162,11 +169,26 @@ class MatrixInfo:
     path: str = SEARCH_PATH
 
 
+_BLAS_LIMITED = False
+
+
+def one_blas_thread() -> None:
+    """Keep this process's BLAS on one thread (once; process-wide). A search process
+    answers many queries at a time: one core each, not both for one."""
+    global _BLAS_LIMITED
+    if not _BLAS_LIMITED:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
+        _BLAS_LIMITED = True
+
+
 class VectorCache:
     """The matrices of this process, one per index, refreshed by revision. Safe for
     many coroutines: one refresh of an index at a time, the others wait for it."""
 
     def __init__(self, source: IndexSource, *, page_rows: int = LOAD_PAGE_ROWS) -> None:
+        one_blas_thread()
         self._source = source
         self._page_rows = page_rows
         self._matrices: dict[int, IndexMatrix] = {}
@@ -197,23 +219,24 @@ class VectorCache:
 
     async def _refresh(self, held: IndexMatrix) -> IndexMatrix:
         for _ in range(CATCH_UP_ROUNDS):
-            await self._load_after(held)
             view = await self._source.get(held.index_id)
+            held.reserve(view.vectors)
+            await self._load_after(held)
             if held.count == view.vectors:
                 held.revision = view.revision
                 held.loaded_at = time.time()
                 return held
-            if held.count > view.vectors:
-                break  # vectors were deleted: only a reload drops them
-        # Rows we cannot reach by row id (deleted, or committed late below the last
-        # id seen): load the index again beside the one searches are using now, which
-        # a search holding it keeps whole until it is done (memory: twice the index
-        # for the length of the load).
-        revision = await self._source.revision(held.index_id)
+            # More rows than counted: written since the count (the next round counts
+            # them) or deletions; fewer: a row committed late below the last id seen.
+        # Rows we cannot reach by row id, or cannot tell from deleted ones: load the
+        # index again beside the one searches are using now, which a search holding
+        # it keeps whole until it is done (memory: twice the index while loading).
+        view = await self._source.get(held.index_id)
         fresh = IndexMatrix(held.index_id, held.dimensions)
         fresh.reloads = held.reloads + 1
+        fresh.reserve(view.vectors)
         await self._load_after(fresh)
-        fresh.revision = revision
+        fresh.revision = view.revision
         fresh.loaded_at = time.time()
         return fresh
 
