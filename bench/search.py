@@ -137,8 +137,14 @@ def fill(db: Path, chunks: int) -> float:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=OFF")
     now = time.time()
-    vector_column = "embedding"  # STAND-IN: chunk_vectors once main has it
     with conn:
+        conn.execute(
+            "INSERT INTO indexes (id, name, embedder, model, version, dimensions, options,"
+            " state, deletions, created_at, built_at, activated_at)"
+            " VALUES (1, 'wordllama-256', 'wordllama', '', 'bench', ?, '{}', 'active', 0,"
+            " ?, ?, ?)",
+            (DIMENSIONS, now, now, now),
+        )
         documents = (chunks + CHUNKS_PER_DOCUMENT - 1) // CHUNKS_PER_DOCUMENT
         conn.executemany(
             "INSERT INTO documents (id, filename, filename_folded, sha256, object_key, size,"
@@ -168,19 +174,20 @@ def fill(db: Path, chunks: int) -> float:
                 c = start + i
                 text = " ".join(words[picks[i]])
                 rows.append(
-                    (
-                        c + 1,
-                        f"{c // CHUNKS_PER_DOCUMENT:032x}",
-                        c % CHUNKS_PER_DOCUMENT,
-                        text,
-                        len(text),
-                        vectors[i].astype("<f4").tobytes(),
-                    )
+                    (c + 1, f"{c // CHUNKS_PER_DOCUMENT:032x}", c % CHUNKS_PER_DOCUMENT, text)
+                    + (len(text),)
                 )
             conn.executemany(
                 "INSERT INTO chunks (id, document_id, ordinal, text, page, char_start,"
-                f" char_end, {vector_column}) VALUES (?, ?, ?, ?, NULL, 0, ?, ?)",
+                " char_end) VALUES (?, ?, ?, ?, NULL, 0, ?)",
                 rows,
+            )
+            conn.executemany(
+                "INSERT INTO chunk_vectors (id, index_id, chunk_id, vector) VALUES (?, 1, ?, ?)",
+                (
+                    (start + i + 1, start + i + 1, vectors[i].astype("<f4").tobytes())
+                    for i in range(n)
+                ),
             )
         conn.execute("INSERT INTO chunks_fts(rowid, text) SELECT id, text FROM chunks")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -212,7 +219,7 @@ async def search_process(db: Path, n: int) -> dict[str, Any]:
     from tests.retrieval.standin import attach
 
     ledger = await Ledger.open(Settings(db_url=sqlite_url(db), store_root=db.parent), create=False)
-    attach(ledger)  # STAND-IN: ledger.indexes once main has it
+    attach(ledger)  # wordllama embeds the queries (STAND-IN until the registry merges)
     out: dict[str, Any] = {"modes": {}}
     try:
         asked = queries(n + WARM_QUERIES + 1, seed=3)

@@ -97,6 +97,17 @@ class PageDecision(StrEnum):
     SKIPPED = "skipped"  # not read, with why (over the OCR budget, engine missing)
 
 
+class IndexState(StrEnum):
+    """Where a vector index is in its life. Exactly one index is active: search
+    answers from it. A new one is built (a re-embedding campaign) beside it, and
+    activating it retires the previous one, which stays until dropped."""
+
+    BUILDING = "building"  # its campaign is embedding the stored chunks
+    READY = "ready"  # every published and review-pending version has its vectors
+    ACTIVE = "active"  # the one search answers from
+    RETIRED = "retired"  # was active; kept (and kept current) until dropped
+
+
 class RequestState(StrEnum):
     """What the provider ledger knows of one request to a remote provider."""
 

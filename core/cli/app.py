@@ -13,6 +13,7 @@ from typing import Any
 from core.cli import (
     documents,
     formats,
+    indexes,
     maintenance,
     provider,
     review,
@@ -59,6 +60,7 @@ CORE_COMMANDS: tuple[Command, ...] = (
     documents.DELETE,
     documents.CHUNKS,
     documents.SEARCH,
+    indexes.INDEX,
     tasks.ERROR_CODES,
     formats.FORMATS_COMMAND,
     worker.WORKER,

@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Sequence
 
 from core.errors import ObjectReadError
-from core.ingest.embedder import Embedder, ProviderUnavailable
+from core.ingest.embedder import Embedder, HashingEmbedder, ProviderUnavailable
 from core.ingest.providers import (
     LookupUnavailable,
     NotSent,
@@ -35,7 +35,7 @@ from core.ingest.reconcile import (
     record_result,
     split_vectors,
 )
-from core.ledger import Claim, Intent, Ledger, ProviderRequestView
+from core.ledger import Claim, IndexKey, Intent, Ledger, ProviderRequestView
 from core.states import REQUEST_RESULT_STATES, REQUEST_SENDABLE_STATES, RequestState
 from core.store import ObjectStore
 
@@ -96,6 +96,24 @@ class LocalEmbedding(Embedding):
         """Raises:
         ProviderUnavailable: the embedder cannot answer now (transient)."""
         return await self.embedder.embed(texts)
+
+
+def index_key_of(provider: Embedder | RemoteProvider) -> IndexKey:
+    """The index ``provider``'s vectors belong to: the same kind, model, version and
+    dimensions make comparable vectors. An embedder of the registry names its kind and
+    model (core.ingest.embedders); the hashed bag of words and a remote provider are
+    known by their names."""
+    kind = getattr(provider, "kind", None)
+    if kind is None:
+        kind = "hashed" if provider.name == HashingEmbedder.name else provider.name
+    options = getattr(provider, "index_options", None) or {}
+    return IndexKey(
+        str(kind),
+        str(getattr(provider, "model", "")),
+        provider.version,
+        provider.dimensions,
+        dict(options),
+    )
 
 
 def embedding_for(

@@ -28,6 +28,7 @@ from core.ingest.embedding import (
     RequestFailed,
     TaskLost,
     embedding_for,
+    index_key_of,
 )
 from core.ingest.formats import format_for, format_info
 from core.ingest.keys import CHUNKER_VERSION, processing_key, result_checksum
@@ -134,6 +135,9 @@ class Pipeline:
         self.embedder = embedder
         self.embedding = embedding_for(embedder, ledger, store)
         self.options = options or PipelineOptions()
+        # The index its vectors go into (the ledger makes it the first time it sees
+        # this embedder, active if it had none).
+        self.index = index_key_of(embedder)
 
     async def run(self, claim: Claim, say: Say = lambda _line: None) -> Outcome:
         """Execute one attempt. Never raises for a document's fault: every failure
@@ -349,7 +353,9 @@ class Pipeline:
         options["result_sha256"] = result_checksum(records)
         # The page record goes in the same transaction: the pages a reviewer sees are
         # those of the chunks search would serve.
-        if not await ledger.queue.finish(claim, records, readings=parsed.readings, options=options):
+        if not await ledger.queue.finish(
+            claim, records, readings=parsed.readings, options=options, index=self.index
+        ):
             raise TaskLost
         say(f"succeeded task={claim.task_id[:8]} chunks={total}")
         return Outcome(claim.task_id, "succeeded")
@@ -372,13 +378,15 @@ class Pipeline:
             raise TaskLost
         found = answer.reusable
         if found is not None:
-            records = await self.ledger.reads.chunk_records(found.document_id)
+            records = await self.ledger.reads.chunk_records(found.document_id, self.index)
             checksum = result_checksum(records)
             if len(records) == found.chunks and checksum == found.result_sha256:
                 options |= {"reused_from": found.task_id, "result_sha256": checksum}
                 # The same bytes read the same way: the pages are copied with the chunks.
                 _, readings = await self.ledger.reads.pages(found.document_id)
-                if not await queue.finish(claim, records, readings=readings, options=options):
+                if not await queue.finish(
+                    claim, records, readings=readings, options=options, index=self.index
+                ):
                     raise TaskLost
                 say(
                     f"succeeded task={claim.task_id[:8]} chunks={len(records)} "

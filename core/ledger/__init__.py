@@ -11,6 +11,7 @@ PostgreSQL database, as a package of roles over one schema.
   (:mod:`core.ledger.versions`): replace, publish, reject, withdraw, delete;
 * ``ledger.reads`` — lists, the revision feed, counts, history, chunks, search
   (:mod:`core.ledger.reads`);
+* ``ledger.indexes`` — vector indexes and their vectors (:mod:`core.ledger.indexes`);
 * ``ledger.registry`` — workers seen in the ledger (:mod:`core.ledger.registry`);
 * ``ledger.tokens`` — API tokens and their roles (:mod:`core.ledger.tokens`);
 * ``ledger.idempotency`` — clients' idempotency keys (:mod:`core.ledger.idempotency`);
@@ -38,7 +39,9 @@ from sqlalchemy.engine import Connection
 from core.config import Settings
 from core.errors import IngestDeskError
 from core.ledger.actions import Operator
+from core.ledger.hybrid import Searcher
 from core.ledger.idempotency import IdempotencyKeys, Once
+from core.ledger.indexes import Indexes, IndexKey, IndexRevision, IndexView
 from core.ledger.migrate import current_revision
 from core.ledger.provider_requests import Intent, IntentAnswer, ProviderLedger
 from core.ledger.provider_review import ProviderReview
@@ -98,6 +101,9 @@ class Ledger:
             transactions, self.operator, clock, review_below=settings.ocr_review_below
         )
         self.registry = WorkerRegistry(transactions, clock)
+        self.indexes = Indexes(transactions, clock)
+        # Search answers from the active index's vectors (core.ledger.hybrid).
+        self.reads.searcher = Searcher(transactions, self.indexes)
         self.tokens = TokenRegistry(transactions, clock, ids)
         self.idempotency = IdempotencyKeys(transactions, clock)
         self.providers = ProviderLedger(transactions, clock)
@@ -188,6 +194,10 @@ __all__ = [
     "Claim",
     "DocumentView",
     "FailureGroup",
+    "IndexKey",
+    "IndexRevision",
+    "IndexView",
+    "Indexes",
     "Intent",
     "IntentAnswer",
     "Ledger",

@@ -27,7 +27,7 @@ from core.ledger.idempotency import Once
 from core.ledger.pages import drop_pages
 from core.ledger.reads import Reads
 from core.ledger.schema import CANCELLABLE_SQL, DOCUMENT_EVENTS, DOCUMENTS, OUTBOX, TASKS
-from core.ledger.statements import DELETE_CHUNKS, TASK_COLUMNS, next_revision, wake_waiters_of
+from core.ledger.statements import TASK_COLUMNS, drop_chunks, next_revision, wake_waiters_of
 from core.ledger.transactions import Transactions
 from core.ledger.views import BulkResult, DocumentView, TaskView
 from core.safe_text import check_identifier, neutralise
@@ -370,7 +370,7 @@ class Operator:
                 conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT, at=now
             )
             # A draft never keeps a half-built index from the abandoned run.
-            DELETE_CHUNKS.rowcount(conn, {"p_document_id": row.document_id})
+            drop_chunks(conn, row.document_id)
             drop_pages(conn, [row.document_id])
             rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
             return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import partial
@@ -211,7 +211,7 @@ class Searcher:
 
         want = limit if chosen == SearchMode.VECTOR else max(limit, HYBRID_CANDIDATES)
         try:
-            vector = await self._vector_hits(index, query, want, include_unpublished)
+            ranked = await self._vector_ranking(index, query, want, include_unpublished)
         except ProviderUnreachable as exc:
             if chosen == SearchMode.VECTOR:
                 raise
@@ -224,9 +224,19 @@ class Searcher:
                 asked=label,
             )
         if chosen == SearchMode.VECTOR:
-            return SearchAnswer(vector, chosen.value, index.name, SEARCH_PATH, asked=label)
+            hits = await self._hydrate(ranked, index.name, include_unpublished)
+            return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
         words = await keyword(max(limit, HYBRID_CANDIDATES), self._or_leg)
-        hits = fuse(words, vector, limit, index.name, keyword_first=names_an_identifier(query))
+        order = fuse(words, ranked, limit, keyword_first=names_an_identifier(query))
+        # Only the vector hits that made the cut are read whole (text, place).
+        found = {_key(h): h for h in words}
+        chosen_keys = dict(order)
+        wanted = [c for c in ranked if c.key in chosen_keys and c.key not in found]
+        found |= {_key(h): h for h in await self._hydrate(wanted, index.name, include_unpublished)}
+        by_key = {c.key: c for c in ranked}
+        hits = [
+            _fused(found[k], by_key.get(k), score, index.name) for k, score in order if k in found
+        ]
         return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
 
     async def _query_vector(self, index: IndexLike, query: str) -> bytes:
@@ -253,9 +263,11 @@ class Searcher:
             ) from None
         return bytes(vector)
 
-    async def _vector_hits(
+    async def _vector_ranking(
         self, index: IndexLike, query: str, want: int, include_unpublished: bool
-    ) -> list[SearchHit]:
+    ) -> list[Candidate]:
+        """The ``want`` nearest chunks of published versions (any, with
+        ``include_unpublished``), best first, ranked among those."""
         from core.ledger.vector_search import as_query
 
         raw = await self._query_vector(index, query)
@@ -263,19 +275,80 @@ class Searcher:
         q = as_query(raw, index.dimensions)
         k = max(want * VECTOR_OVERFETCH, want)
         while True:
-            candidates = matrix.top(q, k)
-            ids = [chunk for chunk, _ in candidates]
-            rows = await self._tx.read(
-                partial(_chunk_rows, ids=ids, include_unpublished=include_unpublished)
+            nearest = matrix.top(q, k)
+            keys = await self._tx.read(
+                partial(
+                    _published_keys,
+                    ids=[chunk for chunk, _ in nearest],
+                    include_unpublished=include_unpublished,
+                )
             )
-            ranked = [(rows[c], score) for c, score in candidates if c in rows]
-            if len(ranked) >= want or k >= matrix.count:
+            kept = [(c, keys[c], score) for c, score in nearest if c in keys]
+            if len(kept) >= want or k >= matrix.count:
                 break
             k *= VECTOR_OVERFETCH
         return [
-            _vector_hit(row, score, rank, index.name)
-            for rank, (row, score) in enumerate(ranked[:want], start=1)
+            Candidate(c, key, score, rank) for rank, (c, key, score) in enumerate(kept[:want], 1)
         ]
+
+    async def _hydrate(
+        self, ranked: Sequence[Candidate], index: str, include_unpublished: bool
+    ) -> list[SearchHit]:
+        """Vector hits, read whole (a chunk unpublished since it was ranked drops out)."""
+        rows = await self._tx.read(
+            partial(
+                _chunk_rows,
+                ids=[c.chunk_id for c in ranked],
+                include_unpublished=include_unpublished,
+            )
+        )
+        return [_vector_hit(rows[c.chunk_id], c, index) for c in ranked if c.chunk_id in rows]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A chunk the vector leg ranked: its id, (document id, ordinal), cosine, rank."""
+
+    chunk_id: int
+    key: tuple[str, int]
+    score: float
+    rank: int
+
+
+def _key(hit: SearchHit) -> tuple[str, int]:
+    return (hit.document_id, hit.ordinal)
+
+
+def _published_keys(
+    conn: Connection, ids: Sequence[int], include_unpublished: bool
+) -> dict[int, tuple[str, int]]:
+    """Chunk id -> (document id, ordinal) of those of ``ids`` whose version is
+    published (any, with ``include_unpublished``): no text read, these are candidates."""
+    chunks: list[Any] = []
+    for start in range(0, len(ids), ID_SLICE):
+        chunks += conn.execute(
+            select(CHUNKS.c.id, CHUNKS.c.document_id, CHUNKS.c.ordinal).where(
+                CHUNKS.c.id.in_(ids[start : start + ID_SLICE])
+            )
+        ).all()
+    if not include_unpublished:
+        published = _published(conn, sorted({c.document_id for c in chunks}))
+        chunks = [c for c in chunks if c.document_id in published]
+    return {c.id: (c.document_id, c.ordinal) for c in chunks}
+
+
+def _published(conn: Connection, document_ids: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    for start in range(0, len(document_ids), ID_SLICE):
+        out.update(
+            conn.execute(
+                select(DOCUMENTS.c.id).where(
+                    DOCUMENTS.c.id.in_(document_ids[start : start + ID_SLICE]),
+                    DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value,
+                )
+            ).scalars()
+        )
+    return out
 
 
 def _keyword(
@@ -341,8 +414,9 @@ def excerpt(text: str, words: int = SNIPPET_WORDS) -> str:
     return " ".join(parts[:words]) + ("…" if len(parts) > words else "")
 
 
-def _vector_hit(rows: tuple[Any, Any], score: float, rank: int, index: str) -> SearchHit:
+def _vector_hit(rows: tuple[Any, Any], candidate: Candidate, index: str) -> SearchHit:
     row, version = rows
+    score, rank = candidate.score, candidate.rank
     location, place = chunk_place(row.page, row.location)
     rounded = float(f"{score:.6g}")
     return SearchHit(
@@ -372,14 +446,13 @@ def names_an_identifier(query: str) -> bool:
 
 def fuse(
     keyword: Sequence[SearchHit],
-    vector: Sequence[SearchHit],
+    vector: Sequence[Candidate],
     limit: int,
-    index: str,
     *,
     keyword_first: bool = False,
-) -> list[SearchHit]:
-    """The two rankings fused (RRF), best first; a hit keeps both legs' ranks and
-    scores, and the keyword leg's snippet (its marked words) when it has one.
+) -> list[tuple[tuple[str, int], float]]:
+    """The two rankings fused (RRF): the first ``limit`` chunks, (document id,
+    ordinal), with their fused scores, best first.
 
     ``keyword_first`` (a query naming an identifier): the chunks that hold every
     term come first, in the keyword leg's order, then the rest by fused score. With
@@ -388,32 +461,28 @@ def fuse(
     decides between them: measured on tests/retrieval/, the exact questions' first
     hit was right 11 times in 12 (keyword search alone: 12); with this, 12.
     """
-
-    def key(h: SearchHit) -> tuple[str, int]:
-        return (h.document_id, h.ordinal)
-
-    by_key: dict[tuple[str, int], SearchHit] = {key(h): h for h in vector}
-    words: Mapping[tuple[str, int], SearchHit] = {key(h): h for h in keyword}
-    fused = reciprocal_rank_fusion([[key(h) for h in keyword], [key(h) for h in vector]])
+    words = [_key(h) for h in keyword]
+    fused = reciprocal_rank_fusion([words, [c.key for c in vector]])
     if keyword_first:
-        # Stable: hits the keyword leg did not find keep their fused order.
-        fused.sort(key=lambda kv: (0, words[kv[0]].keyword_rank) if kv[0] in words else (1, 0))
-    out = []
-    for k, score in fused[:limit]:
-        kw, vec = words.get(k), by_key.get(k)
-        base = kw or vec
-        assert base is not None
-        out.append(
-            replace(
-                base,
-                mode="hybrid",
-                index=index,
-                score=float(f"{score:.6g}"),
-                fused_score=float(f"{score:.6g}"),
-                keyword_rank=kw.keyword_rank if kw else None,
-                keyword_score=kw.keyword_score if kw else None,
-                vector_rank=vec.vector_rank if vec else None,
-                vector_score=vec.vector_score if vec else None,
-            )
-        )
-    return out
+        rank = {k: r for r, k in enumerate(words)}
+        # Stable: chunks the keyword leg did not find keep their fused order.
+        fused.sort(key=lambda kv: (0, rank[kv[0]]) if kv[0] in rank else (1, 0))
+    return fused[:limit]
+
+
+def _fused(hit: SearchHit, vector: Candidate | None, score: float, index: str) -> SearchHit:
+    """A hybrid hit: the keyword leg's hit (its marked snippet) or the vector leg's,
+    with both legs' ranks and scores and the fused score."""
+    fused = float(f"{score:.6g}")
+    keyword = hit.mode == "keyword"
+    return replace(
+        hit,
+        mode="hybrid",
+        index=index,
+        score=fused,
+        fused_score=fused,
+        keyword_rank=hit.keyword_rank if keyword else None,
+        keyword_score=hit.keyword_score if keyword else None,
+        vector_rank=vector.rank if vector else None,
+        vector_score=float(f"{vector.score:.6g}") if vector else None,
+    )

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 from core.config import Settings
 from core.errors import ERROR_DETAIL_MAX, BadInput, ClaimBug
 from core.ledger import rows
+from core.ledger.indexes import IndexKey, ensure_index, insert_vectors
 from core.ledger.pages import PageLike, drop_pages, replace_pages
 from core.ledger.provider_requests import (
     request_goes_on,
@@ -32,7 +33,6 @@ from core.ledger.statements import (
     CLAIM_NEXT,
     CLAIM_NEXT_SKIP_LOCKED,
     CLAIM_ONE,
-    DELETE_CHUNKS,
     EVENT_SOURCE_COLUMNS,
     FIND_KEY_HOLDER,
     FINISH,
@@ -45,6 +45,7 @@ from core.ledger.statements import (
     PROGRESS_WITH_OPTIONS,
     REUSABLE_RESULT,
     TASK_COLUMNS,
+    drop_chunks,
     held_params,
     next_revision,
     wake_waiters,
@@ -240,9 +241,11 @@ class WorkQueue:
         *,
         readings: Sequence[PageLike] = (),
         options: Mapping[str, Any] | None = None,
+        index: IndexKey | None = None,
     ) -> bool:
-        """Index and finalize in ONE transaction: replace the document's chunks and
-        its page record (``readings``: how each page was read, see
+        """Index and finalize in ONE transaction: replace the document's chunks (their
+        vectors into the index of ``index``, made if the ledger has none: required when
+        a chunk has a vector) and its page record (``readings``: how each page was read, see
         :mod:`core.ledger.pages`), task → succeeded, document → review_pending.
         Fenced on the claim, so a cancel lands wholly before (nothing written) or
         after (it deletes the chunks and pages). False, with nothing written, if the
@@ -260,7 +263,8 @@ class WorkQueue:
             if not found:
                 return False
             wake_waiters(conn, found[0].processing_key, now, ended=claim.task_id)
-            _replace_chunks(conn, claim.document_id, chunks)
+            index_id = None if index is None else ensure_index(conn, index, now)
+            _replace_chunks(conn, claim.document_id, chunks, index_id)
             replace_pages(conn, claim.document_id, readings)
             rows.move_document(
                 conn,
@@ -340,7 +344,7 @@ class WorkQueue:
                 wake_waiters(conn, waits_for_request, now, ended=claim.task_id)
             # An unfinished attempt leaves no chunks (ledgers written before finish()
             # wrote chunks in a separate transaction could hold some).
-            DELETE_CHUNKS.rowcount(conn, {"p_document_id": claim.document_id})
+            drop_chunks(conn, claim.document_id)
             drop_pages(conn, [claim.document_id])
             if not retry:
                 rows.move_document(
@@ -502,7 +506,7 @@ class WorkQueue:
         def tx(conn: Connection) -> list[Reaped]:
             found: Sequence[Row[Any]] = conn.execute(statement).all()
             for r in found:  # a vanished worker's unfinished attempt leaves no chunks
-                DELETE_CHUNKS.rowcount(conn, {"p_document_id": r.document_id})
+                drop_chunks(conn, r.document_id)
                 drop_pages(conn, [r.document_id])
                 wake_waiters_of(conn, r.id, r.attempt, r.processing_key, now)
             failed_docs = [r.document_id for r in found if r.status == TaskStatus.FAILED.value]
@@ -541,10 +545,17 @@ def _holder(conn: Connection, params: Mapping[str, Any]) -> str:
     return str(holder[0].id) if holder else LOST
 
 
-def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRecord]) -> None:
-    """The document's chunks, replaced, and (on SQLite) added to the search index in
-    the same transaction (PostgreSQL's index is a generated column)."""
-    DELETE_CHUNKS.rowcount(conn, {"p_document_id": document_id})
+def _replace_chunks(
+    conn: Connection, document_id: str, chunks: Sequence[ChunkRecord], index_id: int | None
+) -> None:
+    """The document's chunks, replaced, with their vectors in index ``index_id``, and
+    (on SQLite) added to the search index in the same transaction (PostgreSQL's index
+    is a generated column)."""
+    vectors = [(c.ordinal, c.embedding) for c in chunks if c.embedding is not None]
+    if vectors and index_id is None:
+        # A vector that names no index could be compared with another model's.
+        raise ValueError("chunks with vectors need the index they belong to")
+    drop_chunks(conn, document_id)
     if chunks:
         INSERT_CHUNKS.many(
             conn,
@@ -556,7 +567,6 @@ def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRe
                     "page": c.page,
                     "char_start": c.char_start,
                     "char_end": c.char_end,
-                    "embedding": c.embedding,
                     "location": c.location,
                 }
                 for c in chunks
@@ -564,3 +574,6 @@ def _replace_chunks(conn: Connection, document_id: str, chunks: Sequence[ChunkRe
         )
         if conn.dialect.name == "sqlite":
             INDEX_CHUNKS.rowcount(conn, {"p_document_id": document_id})
+        if vectors:
+            assert index_id is not None
+            insert_vectors(conn, index_id, document_id, vectors)

@@ -16,6 +16,7 @@ from core.filters import COMPARISONS, PAGE_FIELDS, TaskFilter, Term, fold
 from core.ledger import pages, rows, version_reads
 from core.ledger.filter_sql import FILTERED, filter_clauses, folded
 from core.ledger.hybrid import SearchAnswer, Searcher, SearchMode
+from core.ledger.indexes import IndexKey, find_index, vectors_by_ordinal
 from core.ledger.pages import PageSummary, PageView
 from core.ledger.registry import WORKER_GONE_AFTER_S
 from core.ledger.review_diff import VersionDiff, diff_versions
@@ -147,8 +148,12 @@ class Reads:
 
         return await self._tx.read(tx)
 
-    async def chunk_records(self, document_id: str) -> list[ChunkRecord]:
-        """A document's chunks with their embeddings, as a worker writes them."""
+    async def chunk_records(
+        self, document_id: str, index: IndexKey | int | None = None
+    ) -> list[ChunkRecord]:
+        """A document's chunks as a worker writes them, with their vectors in
+        ``index`` (its key or id; none without one, or if the ledger has no such
+        index)."""
         query = (
             select(
                 CHUNKS.c.ordinal,
@@ -156,7 +161,6 @@ class Reads:
                 CHUNKS.c.page,
                 CHUNKS.c.char_start,
                 CHUNKS.c.char_end,
-                CHUNKS.c.embedding,
                 CHUNKS.c.location,
             )
             .where(CHUNKS.c.document_id == document_id)
@@ -164,9 +168,17 @@ class Reads:
         )
 
         def tx(conn: Connection) -> list[ChunkRecord]:
+            index_id = find_index(conn, index) if isinstance(index, IndexKey) else index
+            vectors = {} if index_id is None else vectors_by_ordinal(conn, index_id, document_id)
             return [
                 ChunkRecord(
-                    r.ordinal, r.text, r.page, r.char_start, r.char_end, r.embedding, r.location
+                    r.ordinal,
+                    r.text,
+                    r.page,
+                    r.char_start,
+                    r.char_end,
+                    vectors.get(r.ordinal),
+                    r.location,
                 )
                 for r in conn.execute(query)
             ]

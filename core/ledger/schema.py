@@ -156,12 +156,54 @@ CHUNKS = Table(
     Column("page", Integer, nullable=True),
     Column("char_start", Integer, nullable=False),
     Column("char_end", Integer, nullable=False),
-    Column("embedding", LargeBinary, nullable=True),
     # Where the chunk is in the document's own terms beyond its page (a slide and
     # whether it is its notes, a sheet's rows, a heading path), as JSON; NULL when the
     # page says it all. See core.ingest.chunker.Location.
     Column("location", Text, nullable=True),
     UniqueConstraint("document_id", "ordinal"),
+)
+
+
+# A vector index: one embedder (its kind, model, version and dimensions, and the
+# options that change its vectors) whose vectors search may compare with each other.
+# Vectors of two indexes are never compared (two models' spaces have nothing in
+# common, even at the same dimensions).
+INDEXES = Table(
+    "indexes",
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(128), unique=True, nullable=False),
+    Column("embedder", String(64), nullable=False),  # a kind of core.ingest.embedders
+    Column("model", String(128), nullable=False),
+    Column("version", String(128), nullable=False),
+    Column("dimensions", Integer, nullable=False),
+    Column("options", Text, default="{}", nullable=False),  # JSON; never a secret
+    Column("state", String(16), nullable=False),  # core.states.IndexState
+    # Bumped in the transaction that deletes any of its vectors: a search process
+    # holding the index's vectors in memory reloads them when it changes (new vectors
+    # only ever get higher ids, so those it loads incrementally).
+    Column("deletions", Integer, default=0, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("built_at", Float, nullable=True),
+    Column("activated_at", Float, nullable=True),
+)
+
+
+# Every vector of every index: little-endian float32, L2-normalised. A chunk has at
+# most one vector per index; its row goes with the chunk (ON DELETE CASCADE).
+CHUNK_VECTORS = Table(
+    "chunk_vectors",
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("index_id", Integer, ForeignKey("indexes.id", ondelete="CASCADE"), nullable=False),
+    Column("chunk_id", Integer, ForeignKey("chunks.id", ondelete="CASCADE"), nullable=False),
+    Column("vector", LargeBinary, nullable=False),
+    # One vector per chunk and index; read by index in id order (a search process
+    # loads what is new since the last id it saw).
+    UniqueConstraint("index_id", "chunk_id"),
+    Index("ix_chunk_vectors_index_order", "index_id", "id"),
+    # The cascade from a deleted chunk finds its vectors by chunk.
+    Index("ix_chunk_vectors_chunk", "chunk_id"),
 )
 
 

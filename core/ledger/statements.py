@@ -24,7 +24,16 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from core.ledger.prepared import Prepared
-from core.ledger.schema import CHUNKS, CLAIMABLE_SQL, DOCUMENTS, EVENTS, PROVIDER_REQUESTS, TASKS
+from core.ledger.schema import (
+    CHUNK_VECTORS,
+    CHUNKS,
+    CLAIMABLE_SQL,
+    DOCUMENTS,
+    EVENTS,
+    INDEXES,
+    PROVIDER_REQUESTS,
+    TASKS,
+)
 from core.ledger.views import Claim
 from core.states import DocumentStatus, RequestState, Stage, TaskStatus
 
@@ -300,6 +309,33 @@ MOVE_DOCUMENT = Prepared(
     )
 )
 DELETE_CHUNKS = Prepared(delete(CHUNKS).where(CHUNKS.c.document_id == bindparam("p_document_id")))
+# Their vectors go by cascade; the indexes that held some learn it first, so a search
+# process holding vectors in memory reloads (core.ledger.indexes). A document without
+# chunks (every first finish) matches no index row.
+NOTE_VECTORS_DELETED = Prepared(
+    update(INDEXES)
+    .where(
+        INDEXES.c.id.in_(
+            select(CHUNK_VECTORS.c.index_id)
+            .where(
+                CHUNK_VECTORS.c.chunk_id.in_(
+                    select(CHUNKS.c.id).where(CHUNKS.c.document_id == bindparam("p_document_id"))
+                )
+            )
+            .distinct()
+        )
+    )
+    .values(deletions=INDEXES.c.deletions + 1)
+)
+
+
+def drop_chunks(conn: Connection, document_id: str) -> int:
+    """Delete a document's chunks (their vectors and search entries go with them);
+    how many there were."""
+    NOTE_VECTORS_DELETED.rowcount(conn, {"p_document_id": document_id})
+    return DELETE_CHUNKS.rowcount(conn, {"p_document_id": document_id})
+
+
 INSERT_CHUNKS = Prepared(
     insert(CHUNKS).values({c.name: bindparam(c.name) for c in CHUNKS.c if c.name != "id"})
 )

@@ -17,10 +17,12 @@ load of ~3, 1M x 256 random unit vectors; ``python -m bench.search`` prints it a
   backends win until a measurement says otherwise. :data:`SEARCH_PATH` names the path.
 
 The matrix follows the ledger without a restart: before each search the index's
-revision (bumped in the transaction of every insert or delete of its vectors) is
-read; when it moved, rows after the last row id seen are loaded, and the row count is
-checked against the ledger's: fewer rows held than it counts (a row committed late
-with a smaller id) or more (a deletion) reloads the whole index.
+revision is read (:meth:`core.ledger.indexes.Indexes.revision`: its deletions count,
+bumped in the transaction of every deletion of its vectors, and its last vector id).
+Deletions moved: the index is loaded again. Else, when the last id moved, rows after
+the last one held are loaded, and the count held is checked against the ledger's: a
+row with a smaller id committed after a bigger one (two PostgreSQL workers finishing
+at once) would be missed, so fewer rows held than counted also reloads.
 
 Publication is not part of the matrix: which chunks are published is decided at
 query time by the caller (:mod:`core.ledger.hybrid`), on the top candidates.
@@ -40,7 +42,6 @@ import numpy.typing as npt
 SEARCH_PATH = "exact (numpy float32)"  # what `ingestdesk` says answers vector queries
 LOAD_PAGE_ROWS = 20_000  # vectors per read while loading (~20 MB at 256 dimensions)
 GROW_FACTOR = 1.5  # the matrix's capacity grows by this much when full
-CATCH_UP_ROUNDS = 3  # incremental loads before a count still off means a reload
 
 
 class IndexLike(Protocol):
@@ -59,9 +60,16 @@ class IndexLike(Protocol):
     @property
     def options(self) -> Mapping[str, Any]: ...
     @property
-    def revision(self) -> int: ...
-    @property
     def vectors(self) -> int: ...
+
+
+class RevisionLike(Protocol):
+    """:class:`core.ledger.indexes.IndexRevision`."""
+
+    @property
+    def deletions(self) -> int: ...
+    @property
+    def last_vector_id(self) -> int: ...
 
 
 class IndexSource(Protocol):
@@ -69,9 +77,9 @@ class IndexSource(Protocol):
 
     async def active(self) -> Any: ...
     async def get(self, name_or_id: str | int) -> Any: ...
-    async def revision(self, index_id: int) -> int: ...
+    async def revision(self, index_id: int) -> Any: ...
     async def vectors(
-        self, index_id: int, after_id: int = 0, limit: int = ...
+        self, index_id: int, *, after_id: int = 0, limit: int = ...
     ) -> list[tuple[int, int, bytes]]: ...
 
 
@@ -86,7 +94,7 @@ class IndexMatrix:
         self._chunks: npt.NDArray[np.int64] = np.empty(0, np.int64)
         self.count = 0
         self.last_row_id = 0
-        self.revision: int | None = None
+        self.revision: RevisionLike | None = None
         self.loaded_at = 0.0
         self.reloads = 0  # whole-index loads (the first one included)
 
@@ -164,7 +172,7 @@ class MatrixInfo:
 
     index_id: int
     vectors: int
-    revision: int | None
+    revision: RevisionLike | None
     bytes_held: int
     path: str = SEARCH_PATH
 
@@ -207,6 +215,10 @@ class VectorCache:
 
     async def current(self, index: IndexLike) -> IndexMatrix:
         """The index's matrix as of its revision now."""
+        # One index answers at a time: a matrix of an index no longer active (after
+        # an activation) goes, and its memory with it once no search holds it.
+        for other in [i for i in self._matrices if i != index.id]:
+            self.drop(other)
         lock = self._locks.setdefault(index.id, asyncio.Lock())
         async with lock:
             held = self._matrices.get(index.id)
@@ -214,29 +226,28 @@ class VectorCache:
                 held = self._matrices[index.id] = IndexMatrix(index.id, index.dimensions)
             revision = await self._source.revision(index.id)
             if revision != held.revision:
-                held = self._matrices[index.id] = await self._refresh(held)
+                held = self._matrices[index.id] = await self._refresh(held, revision)
         return held
 
-    async def _refresh(self, held: IndexMatrix) -> IndexMatrix:
-        for _ in range(CATCH_UP_ROUNDS):
-            view = await self._source.get(held.index_id)
-            held.reserve(view.vectors)
+    async def _refresh(self, held: IndexMatrix, revision: RevisionLike) -> IndexMatrix:
+        if held.revision is not None and revision.deletions == held.revision.deletions:
             await self._load_after(held)
-            if held.count == view.vectors:
-                held.revision = view.revision
-                held.loaded_at = time.time()
-                return held
-            # More rows than counted: written since the count (the next round counts
-            # them) or deletions; fewer: a row committed late below the last id seen.
-        # Rows we cannot reach by row id, or cannot tell from deleted ones: load the
-        # index again beside the one searches are using now, which a search holding
-        # it keeps whole until it is done (memory: twice the index while loading).
-        view = await self._source.get(held.index_id)
+            # Every row up to the revision's last id is held, unless one committed
+            # late below the last id held: the ledger's count says.
+            if held.last_row_id >= revision.last_vector_id:
+                counted = (await self._source.get(held.index_id)).vectors
+                if held.count == counted:
+                    held.revision = revision
+                    held.loaded_at = time.time()
+                    return held
+        # First load, deletions, or a row out of reach by id: load the index again
+        # beside the one searches are using now, which a search holding it keeps whole
+        # until it is done (memory: twice the index while loading).
         fresh = IndexMatrix(held.index_id, held.dimensions)
-        fresh.reloads = held.reloads + 1
-        fresh.reserve(view.vectors)
+        fresh.reloads = held.reloads + (held.revision is not None)
+        fresh.reserve((await self._source.get(held.index_id)).vectors)
         await self._load_after(fresh)
-        fresh.revision = view.revision
+        fresh.revision = revision
         fresh.loaded_at = time.time()
         return fresh
 

@@ -27,6 +27,7 @@ from core.config import DEFAULT_OCR_REVIEW_BELOW
 from core.errors import BadInput, Conflict, NeedsAcceptance
 from core.ledger import pages, rows, version_reads
 from core.ledger.actions import Operator, history_reason
+from core.ledger.indexes import note_vectors_deleted
 from core.ledger.schema import CHUNKS, DOCUMENTS, IDEMPOTENCY_KEYS, TASKS
 from core.ledger.transactions import Transactions
 from core.ledger.version_reads import describe, going_back, newer_published, refusal
@@ -52,6 +53,8 @@ def _reason(reason: str | None, *, needed: str | None = None) -> str | None:
 def _delete_chunks(conn: Connection, document_ids: Sequence[str]) -> None:
     """Drop these versions' chunks and, with them, their page record."""
     if document_ids:
+        going = select(CHUNKS.c.id).where(CHUNKS.c.document_id.in_(list(document_ids)))
+        note_vectors_deleted(conn, going)
         conn.execute(delete(CHUNKS).where(CHUNKS.c.document_id.in_(list(document_ids))))
         pages.drop_pages(conn, document_ids)
 

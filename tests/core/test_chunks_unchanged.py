@@ -64,8 +64,10 @@ async def _stored(settings: Settings, names: dict[str, str]) -> dict[str, Any]:
         tasks = await ledger.reads.list_tasks(limit=100)
         assert {t.status for t in tasks} == {TaskStatus.SUCCEEDED}, [t.error_code for t in tasks]
         stored = {}
+        active = await ledger.indexes.active()
+        assert active is not None and active.embedder == "hashed"
         for document_id, name in names.items():
-            records = await ledger.reads.chunk_records(document_id)
+            records = await ledger.reads.chunk_records(document_id, active.id)
             stored[name] = records
     return stored
 

@@ -363,7 +363,7 @@ async def leftover_chunk(ledger: Ledger, document_id: str) -> None:
     row = {"document_id": document_id, "ordinal": 0, "text": "stale", "page": None}
 
     def write(conn: Any) -> None:
-        conn.execute(insert(CHUNKS).values(**row, char_start=0, char_end=5, embedding=None))
+        conn.execute(insert(CHUNKS).values(**row, char_start=0, char_end=5))
         if conn.dialect.name == "sqlite":
             # Indexed, as every chunk row is (then by a trigger, now by the statement
             # that writes them): the delete trigger unindexes exactly what is there.

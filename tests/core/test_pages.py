@@ -409,6 +409,9 @@ async def test_a_ledger_from_before_pages_were_recorded_gains_the_table(tmp_path
         old = await finished(ledger, [])
     with sqlite3.connect(tmp_path / "l.db") as raw:  # the ledger as 0012 left it
         raw.execute("DROP TABLE document_pages")
+        raw.execute("DROP TABLE chunk_vectors")  # and as 0014 found it
+        raw.execute("DROP TABLE indexes")
+        raw.execute("ALTER TABLE chunks ADD COLUMN embedding BLOB")
         raw.execute("UPDATE alembic_version SET version_num = '0012'")
     async with await Ledger.open(settings) as ledger:
         assert (await ledger.reads.pages(old.document_id))[1] == []  # none recorded then

@@ -13,12 +13,16 @@ from core import BadInput, Ledger
 from core.errors import ProviderUnreachable
 from core.ingest.embedder import HashingEmbedder
 from core.ingest.http_provider import HttpProvider
-from core.ledger import ChunkRecord, DocumentView
+from core.ledger import ChunkRecord, DocumentView, IndexKey, IndexView
 from core.ledger.fusion import reciprocal_rank_fusion
 from core.ledger.hybrid import MODES, Searcher, default_mode
-from tests.retrieval.standin import ChunkColumnIndexes, StandInIndex
+from core.states import IndexState
 
 EMBEDDER = HashingEmbedder(256)
+# The index the tests' vectors go into: hashed vectors, but an index whose embedder is
+# not "hashed", so that hybrid is the default as it is for a real model.
+KEY = IndexKey("test-model", "", "1", 256)
+INDEX = "test-model-256"
 
 
 async def published(ledger: Ledger, name: str, *texts: str) -> DocumentView:
@@ -28,15 +32,15 @@ async def published(ledger: Ledger, name: str, *texts: str) -> DocumentView:
     assert claim is not None
     vectors = await EMBEDDER.embed(list(texts))
     records = [ChunkRecord(i, t, None, 0, len(t), vectors[i]) for i, t in enumerate(texts)]
-    assert await ledger.queue.finish(claim, records)
+    assert await ledger.queue.finish(claim, records, index=KEY)
     return await ledger.versions.publish(doc.document_id)
 
 
-def searcher(ledger: Ledger, embedder: str = "wordllama", **kw: object) -> Searcher:
-    # A "real model" index name, so hybrid is the default; the vectors are hashed.
+def searcher(ledger: Ledger, **kw: object) -> Searcher:
+    """The ledger's search, the queries embedded as the index's vectors were."""
     s = Searcher(
         ledger.transactions,
-        ChunkColumnIndexes(ledger, embedder),
+        ledger.indexes,
         embedders=kw.pop("embedders", lambda index: EMBEDDER),  # type: ignore[arg-type]
     )
     ledger.reads.searcher = s
@@ -52,11 +56,14 @@ def test_rrf_adds_reciprocal_ranks_and_breaks_ties_by_the_first_ranking() -> Non
     assert reciprocal_rank_fusion([["x", "b"], ["y", "z", "d"]], k=1)[-1][0] == "d"
 
 
+def index_of(embedder: str) -> IndexView:
+    return IndexView(1, "i", embedder, "", "1", 256, {}, IndexState.ACTIVE, 0, 0.0, None, None)
+
+
 def test_the_default_mode_is_hybrid_only_for_a_real_model() -> None:
     assert default_mode(None) == "keyword"
-    hashed = StandInIndex(1, "h", "hashed", "", "1", 256, 0, 0)
-    assert default_mode(hashed) == "keyword"
-    assert default_mode(StandInIndex(1, "w", "wordllama", "m", "1", 256, 0, 0)) == "hybrid"
+    assert default_mode(index_of("hashed")) == "keyword"
+    assert default_mode(index_of("wordllama")) == "hybrid"
 
 
 async def test_a_bad_mode_is_bad_input_naming_the_modes(ledger: Ledger) -> None:
@@ -108,12 +115,12 @@ async def test_a_hybrid_hit_says_which_index_answered_and_both_legs_scores(
     searcher(ledger)
     await published(ledger, "a.md", "the cafeteria opens at noon", "lunch is served inside")
     answer = await ledger.reads.find("cafeteria noon")
-    assert (answer.mode, answer.index, answer.asked) == ("hybrid", "standin", "")
+    assert (answer.mode, answer.index, answer.asked) == ("hybrid", INDEX, "")
     assert answer.path.startswith("exact")
     first = answer.hits[0]
     assert (first.mode, first.index, first.keyword_rank, first.vector_rank) == (
         "hybrid",
-        "standin",
+        INDEX,
         1,
         1,
     )
@@ -135,7 +142,7 @@ async def test_an_unreachable_remote_embedder_fails_vector_search_and_hybrid_say
     remote = HttpProvider(
         f"http://127.0.0.1:{_closed_port()}", name="openai", version="m", dimensions=256
     )
-    searcher(ledger, "openai", embedders=lambda index: remote)
+    searcher(ledger, embedders=lambda index: remote)
     await published(ledger, "a.md", "the cafeteria opens at noon")
     with pytest.raises(ProviderUnreachable, match=r"^provider_unavailable: the index's embedder"):
         await ledger.reads.search("cafeteria", mode="vector")

@@ -272,7 +272,7 @@ async def test_ctrl_t_steps_the_mode_and_the_hits_say_how_they_were_found(
 
         await pilot.press(*"cafeteria", "enter")
         await wait_for(pilot, lambda: screen.answer is not None, what="the hybrid answer")
-        assert title() == "Hits, best first · hybrid (standin)"
+        assert title() == "Hits, best first · hybrid (test-model-256)"
         assert hits.option_count == 2  # the vector leg brings the other chunk too
         assert first_line().startswith("canteen.md  v1")
         assert first_line().endswith("· keyword #1 · vector #1")
@@ -280,6 +280,6 @@ async def test_ctrl_t_steps_the_mode_and_the_hits_say_how_they_were_found(
         await wait_for(pilot, lambda: title() == "Hits, best first · keyword", what="keyword")
         assert hits.option_count == 1 and "vector" not in first_line()
         await pilot.press("ctrl+t")
-        await wait_for(pilot, lambda: title().endswith("vector (standin)"), what="vector")
+        await wait_for(pilot, lambda: title().endswith("vector (test-model-256)"), what="vector")
         assert hits.option_count == 2 and first_line().endswith("· vector #1")
         assert "^t" in screen_text(app) and "Mode" in screen_text(app)  # in the footer
