@@ -76,14 +76,14 @@ TARGET_P99_MS = {10_000: 50.0, 100_000: 50.0, 1_000_000: 250.0}
 async def retrieval_figures(workdir: Path) -> dict[tuple[str, str], tuple[float, float]]:
     """(kind, mode) -> (recall@3, recall@1) on tests/retrieval/, SQLite."""
     from core import Ledger, Settings, Worker, sqlite_url
-    from tests.retrieval.corpus import ingest, questions, recall
-    from tests.retrieval.standin import WordLlamaEmbedder, attach
+    from core.ledger.hybrid import Searcher
+    from tests.retrieval.corpus import ingest, questions, recall, wordllama
 
     settings = Settings(db_url=sqlite_url(workdir / "retrieval.db"), store_root=workdir / "o")
     ledger = await Ledger.open(settings)
     out = {}
     try:
-        worker = Worker(ledger, "bench-retrieval", embedder=WordLlamaEmbedder(), register=False)
+        worker = Worker(ledger, "bench-retrieval", embedder=wordllama(), register=False)
         await ingest(ledger, lambda: worker.run(until_idle=True))
         for label, mode, or_leg in (
             ("keyword", "keyword", False),
@@ -91,7 +91,7 @@ async def retrieval_figures(workdir: Path) -> dict[tuple[str, str], tuple[float,
             ("hybrid", "hybrid", False),
             ("hybrid, OR leg", "hybrid", True),
         ):
-            attach(ledger, or_leg=or_leg)
+            ledger.reads.searcher = Searcher(ledger.transactions, ledger.indexes, or_leg=or_leg)
             for kind in ("paraphrase", "exact"):
 
                 async def search(ask: str, mode: str = mode) -> Any:
@@ -141,7 +141,8 @@ def fill(db: Path, chunks: int) -> float:
         conn.execute(
             "INSERT INTO indexes (id, name, embedder, model, version, dimensions, options,"
             " state, deletions, created_at, built_at, activated_at)"
-            " VALUES (1, 'wordllama-256', 'wordllama', '', 'bench', ?, '{}', 'active', 0,"
+            " VALUES (1, 'wordllama-l2_supercat-256', 'wordllama', 'l2_supercat', 'bench', ?,"
+            " '{}', 'active', 0,"
             " ?, ?, ?)",
             (DIMENSIONS, now, now, now),
         )
@@ -173,10 +174,8 @@ def fill(db: Path, chunks: int) -> float:
             for i in range(n):
                 c = start + i
                 text = " ".join(words[picks[i]])
-                rows.append(
-                    (c + 1, f"{c // CHUNKS_PER_DOCUMENT:032x}", c % CHUNKS_PER_DOCUMENT, text)
-                    + (len(text),)
-                )
+                document = f"{c // CHUNKS_PER_DOCUMENT:032x}"
+                rows.append((c + 1, document, c % CHUNKS_PER_DOCUMENT, text, len(text)))
             conn.executemany(
                 "INSERT INTO chunks (id, document_id, ordinal, text, page, char_start,"
                 " char_end) VALUES (?, ?, ?, ?, NULL, 0, ?)",
@@ -216,10 +215,8 @@ async def search_process(db: Path, n: int) -> dict[str, Any]:
     """Runs in the child: open the ledger, search, report."""
     from core import Ledger, Settings, sqlite_url
     from core.ledger.vector_search import as_query, top_k
-    from tests.retrieval.standin import attach
 
     ledger = await Ledger.open(Settings(db_url=sqlite_url(db), store_root=db.parent), create=False)
-    attach(ledger)  # wordllama embeds the queries (STAND-IN until the registry merges)
     out: dict[str, Any] = {"modes": {}}
     try:
         asked = queries(n + WARM_QUERIES + 1, seed=3)

@@ -493,6 +493,14 @@ def test_every_cli_reference_row_does_what_it_says(
     assert {f["kind"] for f in formats} >= {"pdf", "docx", "pptx", "xlsx", "html", "epub", "csv"}
     assert all(f["available"] for f in formats)
 
+    # embedders: the embedders an index can use, what each needs, whether available, the default
+    embedders = {e["kind"]: e for e in value("embedders")}
+    assert list(embedders) == ["hashed", "wordllama", "openai"]
+    assert embedders["hashed"]["available"] and embedders["wordllama"]["available"]
+    assert embedders["wordllama"]["default"] and embedders["wordllama"]["dimensions"] == (
+        "64, 128, 256"
+    )
+
     # --version: the installed version
     from importlib.metadata import version
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from core.cli import (
     documents,
+    embedders,
     formats,
     indexes,
     maintenance,
@@ -63,6 +64,7 @@ CORE_COMMANDS: tuple[Command, ...] = (
     indexes.INDEX,
     tasks.ERROR_CODES,
     formats.FORMATS_COMMAND,
+    embedders.EMBEDDERS_COMMAND,
     worker.WORKER,
     review.RECONCILE,
     review.REVIEW,

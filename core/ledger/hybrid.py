@@ -24,7 +24,6 @@ says so in :attr:`SearchAnswer.notice`, which every face shows.
 from __future__ import annotations
 
 import hashlib
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -35,7 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, ProviderUnreachable
-from core.ingest.embedder import HashingEmbedder, ProviderUnavailable
+from core.ingest.embedder import ProviderUnavailable
 from core.ingest.providers import (
     LookupUnavailable,
     NotSent,
@@ -60,8 +59,7 @@ HYBRID_CANDIDATES = 100
 # whole index has been looked at.
 VECTOR_OVERFETCH = 4
 ID_SLICE = 5000  # ids per IN (...) list
-HASHED_EMBEDDERS = frozenset({"hashed", "hashed-bag-of-words"})
-EMBEDDERS_MODULE = "core.ingest.embedders"  # the registry: embedder_for(EmbedderSpec)
+HASHED_EMBEDDERS = frozenset({"hashed"})  # core.ingest.embedders' kind
 
 
 class SearchMode(StrEnum):
@@ -112,23 +110,22 @@ EmbedderFactory = Callable[["IndexLike"], Any]
 
 
 def registry_embedder(index: IndexLike) -> Any:
-    """The active index's embedder from the registry (:mod:`core.ingest.embedders`);
-    the hashed bag of words is known here too, so a ledger works without it."""
+    """The active index's embedder from the registry (:mod:`core.ingest.embedders`),
+    as the index names it: the same kind, model, dimensions and options make the
+    query's vector comparable with the index's.
+
+    Raises:
+        ProviderUnreachable: the registry cannot make it here (a kind not installed).
+    """
+    # Imported here: a keyword search, and every command that never searches, does
+    # not pay for the registry (nor a model) at import.
+    from core.ingest.embedders import EmbedderSpec, embedder_for
+
+    spec = EmbedderSpec(index.embedder, index.model, index.dimensions, dict(index.options))
     try:
-        registry = importlib.import_module(EMBEDDERS_MODULE)
-    except ImportError:
-        registry = None
-    if registry is not None:
-        spec = registry.EmbedderSpec(
-            embedder=index.embedder,
-            model=index.model,
-            dimensions=index.dimensions,
-            options=dict(index.options),
-        )
-        return registry.embedder_for(spec)
-    if index.embedder in HASHED_EMBEDDERS:
-        return HashingEmbedder(index.dimensions)
-    raise ProviderUnreachable(f"{ErrorCode.PROVIDER_UNAVAILABLE}: no embedder {index.embedder!r}")
+        return embedder_for(spec)
+    except BadInput as exc:
+        raise ProviderUnreachable(f"{ErrorCode.PROVIDER_UNAVAILABLE}: {exc.message}") from None
 
 
 _WHAT_HAPPENED: tuple[tuple[type[BaseException], str], ...] = (

@@ -7,7 +7,9 @@ import tomllib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from core.ingest.embedders import EmbedderSpec, embedder_for
 from core.ledger import Ledger, SearchHit
 
 HERE = Path(__file__).parent
@@ -74,6 +76,11 @@ class Question:
     kind: str  # "paraphrase" or "exact"
     ask: str
     target: str  # a file name in documents/
+
+
+def wordllama() -> Any:
+    """The registry's wordllama embedder (256 dimensions), as a worker uses it."""
+    return embedder_for(EmbedderSpec.of("wordllama"))
 
 
 def questions(kind: str | None = None) -> list[Question]:

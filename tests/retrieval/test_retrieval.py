@@ -8,8 +8,15 @@ from __future__ import annotations
 import pytest
 
 from core import Ledger, Worker
-from tests.retrieval.corpus import COMMON_WORDS, DOCUMENTS, ingest, questions, recall, words
-from tests.retrieval.standin import WordLlamaEmbedder, attach
+from tests.retrieval.corpus import (
+    COMMON_WORDS,
+    DOCUMENTS,
+    ingest,
+    questions,
+    recall,
+    wordllama,
+    words,
+)
 
 pytest.importorskip("wordllama")
 
@@ -26,9 +33,12 @@ def test_the_set_is_what_it_says() -> None:
 
 
 async def test_hybrid_loses_to_neither_keyword_nor_vector_search(ledger: Ledger) -> None:
-    worker = Worker(ledger, "w-retrieval", embedder=WordLlamaEmbedder(), register=False)
+    worker = Worker(ledger, "w-retrieval", embedder=wordllama(), register=False)
     await ingest(ledger, lambda: worker.run(until_idle=True))
-    attach(ledger)
+    # The ledger's own search: the active index is the worker's, wordllama's; the
+    # query is embedded by the registry's embedder for it.
+    answer = await ledger.reads.find("remote work")
+    assert (answer.mode, answer.index) == ("hybrid", "wordllama-l2_supercat-256")
 
     def by(mode: str):  # type: ignore[no-untyped-def]
         return lambda ask: ledger.reads.search(ask, mode=mode, limit=10)

@@ -1,0 +1,316 @@
+"""A real local embedding model: WordLlama's ``l2_supercat`` token embeddings (MIT
+code; the weights are distilled from Llama 2's token embeddings, so the Llama 2
+Community Licence may apply to them), mean-pooled over a text's tokens and
+L2-normalised.
+
+The weights (16 MB) and the tokenizer ship inside the ``wordllama`` wheel, so this
+works offline and in CI. WordLlama is a bag of tokens: no attention, no word order,
+but its token vectors were trained so that the mean of a sentence's tokens lands near
+its paraphrases (measured in ``tests/core/test_wordllama.py``).
+
+How a vector is made (``POOLING_VERSION`` names this recipe):
+
+1. the text is stripped of outer whitespace; nothing left gives the zero vector (as
+   the hashed bag of words does for a text without words);
+2. it is tokenised with the model's own tokenizer (Llama 2's BPE, byte fallback, no
+   special tokens), exactly as ``WordLlamaInference.embed`` does;
+3. the token vectors are summed in float64 and the sum is L2-normalised, then stored
+   as little-endian float32. ``embed`` means the tokens and divides by the norm; a
+   mean and a sum have the same direction, so the vectors agree with ``embed(...,
+   norm=True)`` to float32 rounding. Summing in float64 makes the float32 result
+   independent of the order numpy adds in, so the same text gets the same bytes in
+   every process.
+
+Long texts are never cut. WordLlama 0.4 turns its tokenizer's truncation off at
+inference: every token counts, however long the text (it was trained on texts of up
+to ``TRAINED_MAX_TOKENS`` tokens; the default chunks, at most 1000 characters, of real
+documents are ~215 tokens on average, a third of them over 256: bench.embedders).
+A mean over windows of a text would be the same mean, so windows change nothing for
+the vector; they bound the work. Llama's tokenizer has no pre-tokenizer, so BPE runs
+over the whole text as one piece: a 4 MB chunk took 4 s and 240 MB. A text longer
+than ``WINDOW_CHARS`` is therefore tokenised in windows cut at a space (the space
+dropped: its normaliser prepends one to every piece, so the pieces read exactly as the
+whole did) and its windows' token vectors are summed: the same sum, except around a
+cut with no space nearby (measured: cosine > 0.9999 to the whole text's vector).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from core.errors import IngestDeskError
+from core.ingest.embedder import GIL_YIELD_EVERY_S
+
+DISTRIBUTION = "wordllama"
+REQUIREMENT = "wordllama>=0.4,<0.5"
+MODEL = "l2_supercat"  # the WordLlama configuration whose weights ship in the wheel
+WEIGHTS_DIMENSIONS = 256  # the one weights file the wheel carries
+# Matryoshka-trained: the first N dimensions of the 256 are a model of their own
+# (WordLlama's trunc_dim). 512 and 1024 would need a download: not offered.
+DIMENSIONS = (64, 128, 256)
+DEFAULT_DIMENSIONS = 256
+TRAINED_MAX_TOKENS = 256  # tokens per text in training; inference takes any length
+# Changes whenever this module would give the same text another vector.
+POOLING_VERSION = "1"
+# A text over this many characters is tokenised in windows (see the module docstring):
+# ~4 400 tokens, ~4 MB of token vectors at 256 dimensions.
+WINDOW_CHARS = 16_384  # characters
+# One tokenizer call takes at most this many characters of windows, bounding the
+# tokenizer's output (~60 bytes per character) for a batch of huge texts.
+TOKENIZE_MAX_CHARS = 262_144  # characters
+# Batches up to this many characters are embedded on the calling event loop: ~0.2 ms
+# for a 250-character chunk once the model is loaded (measured), less than a thread
+# hop that waits for the GIL while other threads are busy. Bigger batches (a
+# pipeline batch of 64 chunks of 1000 characters: ~17 ms) go to a thread.
+EMBED_ON_LOOP_MAX_CHARS = 1_000  # characters
+
+
+class ModelUnavailable(IngestDeskError):
+    """The wordllama embedding model cannot be loaded; install it with
+    pip install 'wordllama>=0.4,<0.5'."""
+
+
+@dataclass(frozen=True)
+class _Model:
+    embedding: Any  # numpy float32 array, (vocabulary, dimensions), C-contiguous
+    tokenizer: Any  # tokenizers.Tokenizer without padding or truncation
+
+
+_models: dict[int, _Model] = {}  # dimensions -> the model, loaded once per process
+_load_lock = threading.Lock()
+
+
+def package_dir() -> Path | None:
+    """Where the installed ``wordllama`` package lives, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(DISTRIBUTION)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def installed_version() -> str | None:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def unavailable_reason() -> str | None:
+    """Why the model cannot load here (without loading it), or None when it can."""
+    folder, version = package_dir(), installed_version()
+    if folder is None or version is None:
+        return f"wordllama is not installed (pip install '{REQUIREMENT}')"
+    if not version.startswith("0.4"):
+        return f"wordllama {version} is installed; ingestdesk needs '{REQUIREMENT}'"
+    weights = folder / "weights" / f"{MODEL}_{WEIGHTS_DIMENSIONS}.safetensors"
+    tokenizer = folder / "tokenizers" / f"{MODEL}_tokenizer_config.json"
+    for path, what in ((weights, "weights"), (tokenizer, "tokenizer")):
+        if not path.is_file():
+            return (
+                f"wordllama's {what} are missing from its package "
+                f"(pip install --force-reinstall '{REQUIREMENT}')"
+            )
+    return None
+
+
+class WordLlamaEmbedder:
+    """WordLlama ``l2_supercat``: mean-pooled token embeddings, L2-normalised.
+
+    Constructing one checks that the model is installed (without loading it); the
+    model loads once per process, on the first :meth:`embed`, off the event loop.
+
+    Args:
+        dimensions: 64, 128 or 256 (Matryoshka truncations of the shipped weights).
+
+    Raises:
+        ValueError: ``dimensions`` is not one of :data:`DIMENSIONS`.
+        ModelUnavailable: wordllama is not installed, or its files are missing.
+    """
+
+    name = "wordllama"
+    model = MODEL
+    max_tokens = None  # nothing is cut; see TRAINED_MAX_TOKENS
+
+    def __init__(self, dimensions: int = DEFAULT_DIMENSIONS) -> None:
+        if dimensions not in DIMENSIONS:
+            raise ValueError(f"wordllama dimensions must be one of {DIMENSIONS}, got {dimensions}")
+        reason = unavailable_reason()
+        if reason is not None:
+            raise ModelUnavailable(reason)
+        self.dimensions = dimensions
+        # Everything that decides a vector: the package (its weights and tokenizer
+        # file ship inside it), the configuration, the dimensions, this recipe.
+        self.version = f"wordllama-{installed_version()}/{MODEL}/{dimensions}/pool{POOLING_VERSION}"
+
+    @property
+    def loaded(self) -> bool:
+        return self.dimensions in _models
+
+    def load(self) -> None:
+        """Load the model now (it loads on the first embed otherwise); ~0.6 s."""
+        _model(self.dimensions)
+
+    async def embed(self, texts: Sequence[str]) -> list[bytes]:
+        if not texts:
+            return []
+        if self.loaded and sum(map(len, texts)) <= EMBED_ON_LOOP_MAX_CHARS:
+            return self.embed_now(texts)
+        # Tokenising (Rust) and numpy's gathers and sums release the GIL; the loop
+        # here holds it only between them (and yields, see embed_now), so a
+        # dashboard's event loop keeps answering while a batch is embedded.
+        return await asyncio.to_thread(self.embed_now, texts)
+
+    def embed_now(self, texts: Sequence[str]) -> list[bytes]:
+        """Vectors for ``texts`` on this thread (loading the model if need be)."""
+        import numpy as np
+
+        model = _model(self.dimensions)
+        sums = np.zeros((len(texts), self.dimensions), dtype=np.float64)
+        table = model.embedding
+        last_row = table.shape[0] - 1
+        yield_at = time.perf_counter() + GIL_YIELD_EVERY_S
+        for owners, pieces in _tokenizer_calls(texts):
+            encodings = model.tokenizer.encode_batch_fast(pieces, add_special_tokens=False)
+            for owner, encoding in zip(owners, encodings, strict=True):
+                ids = np.asarray(encoding.ids, dtype=np.intp)
+                if ids.size:
+                    # What WordLlamaInference.embed does with ids past the table.
+                    np.clip(ids, 0, last_row, out=ids)
+                    sums[owner] += table[ids].sum(axis=0, dtype=np.float64)
+                if time.perf_counter() >= yield_at:
+                    time.sleep(0)  # releases the GIL: waiting threads get their turn
+                    yield_at = time.perf_counter() + GIL_YIELD_EVERY_S
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        np.divide(sums, norms, out=sums, where=norms > 0)
+        vectors = sums.astype("<f4")
+        return [row.tobytes() for row in vectors]
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """How many tokens each text's vector averages (after stripping), for a
+        caller that wants to show or bound the length it embeds."""
+        model = _model(self.dimensions)
+        counts = [0] * len(texts)
+        for owners, pieces in _tokenizer_calls(texts):
+            for owner, encoding in zip(
+                owners,
+                model.tokenizer.encode_batch_fast(pieces, add_special_tokens=False),
+                strict=True,
+            ):
+                counts[owner] += len(encoding.ids)
+        return counts
+
+
+def _tokenizer_calls(texts: Sequence[str]) -> Iterator[tuple[list[int], list[str]]]:
+    """``(owners, pieces)`` per tokenizer call: every text's windows, in order, each
+    with the index of the text it belongs to, at most TOKENIZE_MAX_CHARS a call."""
+    owners: list[int] = []
+    pieces: list[str] = []
+    size = 0
+    for owner, text in enumerate(texts):
+        for piece in _windows(text.strip()):
+            if pieces and size + len(piece) > TOKENIZE_MAX_CHARS:
+                yield owners, pieces
+                owners, pieces, size = [], [], 0
+            owners.append(owner)
+            pieces.append(piece)
+            size += len(piece)
+    if pieces:
+        yield owners, pieces
+
+
+def _windows(text: str) -> Iterator[str]:
+    """``text`` in pieces of at most WINDOW_CHARS, cut at (and dropping) a space."""
+    start, n = 0, len(text)
+    while n - start > WINDOW_CHARS:
+        cut = text.rfind(" ", start + 1, start + WINDOW_CHARS)
+        if cut <= start:
+            # No space in the window (CJK, a long token): a hard cut, which changes
+            # the BPE split of the few characters around it.
+            cut = start + WINDOW_CHARS
+            yield text[start:cut]
+            start = cut
+        else:
+            yield text[start:cut]
+            start = cut + 1
+    if start < n:
+        yield text[start:]
+
+
+def _model(dimensions: int) -> _Model:
+    model = _models.get(dimensions)
+    if model is not None:
+        return model
+    with _load_lock:
+        model = _models.get(dimensions)
+        if model is None:
+            model = _models[dimensions] = _load(dimensions)
+        return model
+
+
+def _load(dimensions: int) -> _Model:
+    import numpy as np
+
+    folder = package_dir()
+    reason = unavailable_reason()
+    if folder is None or reason is not None:
+        raise ModelUnavailable(reason)
+    WordLlama = _import_wordllama()
+    try:
+        # load(disable_download=True) alone looks for the tokenizer in a "tokenizer"
+        # folder of the package, which has "tokenizers": pointing the cache at the
+        # package finds both files, and nothing is downloaded.
+        inference = WordLlama.load(
+            config=MODEL,
+            dim=WEIGHTS_DIMENSIONS,
+            trunc_dim=None if dimensions == WEIGHTS_DIMENSIONS else dimensions,
+            cache_dir=folder,
+            disable_download=True,
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelUnavailable(
+            f"wordllama could not load {MODEL} ({type(exc).__name__}); "
+            f"reinstall it: pip install --force-reinstall '{REQUIREMENT}'"
+        ) from None
+    tokenizer = inference.tokenizer
+    # Ours alone: padding would make every text as long as the batch's longest.
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    embedding = np.ascontiguousarray(inference.embedding, dtype=np.float32)
+    return _Model(embedding=embedding, tokenizer=tokenizer)
+
+
+def _import_wordllama() -> Any:
+    """``wordllama.WordLlama``, imported without its side effect on logging.
+
+    wordllama's ``__init__`` and ``inference`` modules call
+    ``logging.basicConfig(level=INFO)``: a stderr handler on the root logger, which
+    would print every library's INFO records over a dashboard's screen. The root
+    logger is put back as it was.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        from wordllama import WordLlama
+    except ImportError as exc:
+        raise ModelUnavailable(
+            f"wordllama cannot be imported ({exc.name or 'a dependency'} is missing): "
+            f"pip install '{REQUIREMENT}'"
+        ) from None
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+    return WordLlama

@@ -1,0 +1,331 @@
+"""The local model, for real: WordLlama's shipped weights, loaded offline."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from array import array
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import core.ingest.wordllama_embedder as wordllama_embedder
+from core.ingest.embedder import Embedder, HashingEmbedder, cosine
+from core.ingest.parsing import parse_document
+from core.ingest.pipeline import EMBED_BATCH
+from core.ingest.wordllama_embedder import DIMENSIONS, WordLlamaEmbedder
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPORA = ROOT.parent.parent / "shared" / "corpora" / "formats"  # optional, see below
+SENTENCE = "The lease expired, so the reaper requeued the task."
+# Its first components as this recipe made them when it was written. A change of
+# wordllama, its tokenizer file or the tokenizers library that moves them means the
+# same text gets another vector: bump POOLING_VERSION (the index's version) with it.
+GOLDEN = [0.1099068, -0.0000489, 0.0215367, 0.0883100, -0.0171467, 0.0371326, -0.0825539]
+# (sentence, a paraphrase sharing none of its distinctive words, an unrelated one)
+PARAPHRASES = [
+    (
+        "The invoice must be paid within thirty days.",
+        "Payment of the bill is due in a month.",
+        "The cat slept on the warm windowsill.",
+    ),
+    (
+        "The server crashed because it ran out of memory.",
+        "The machine went down after exhausting its RAM.",
+        "Our team won the football match on Sunday.",
+    ),
+    (
+        "Employees may work from home two days a week.",
+        "Staff are allowed to telecommute twice weekly.",
+        "The recipe calls for three cups of flour.",
+    ),
+    (
+        "The flight was delayed by heavy snow.",
+        "Bad winter weather held the plane on the ground.",
+        "She planted tomatoes in the garden.",
+    ),
+    (
+        "Please reset your password before Friday.",
+        "Change your login credentials by the end of the week.",
+        "The river flooded the village last spring.",
+    ),
+    (
+        "The patient was given antibiotics for the infection.",
+        "The doctor prescribed medicine to treat the bacterial illness.",
+        "The stock market rose sharply today.",
+    ),
+    (
+        "Children must wear helmets when cycling.",
+        "Kids are required to put on protective headgear to ride a bike.",
+        "The museum opens at nine in the morning.",
+    ),
+    (
+        "The contract ends on the last day of December.",
+        "The agreement expires at the close of the year.",
+        "He repaired the leaking kitchen tap.",
+    ),
+]
+MARGIN = 0.2  # cosine a paraphrase beats both unrelated pairs by (smallest seen: 0.26)
+
+
+def as_array(vector: bytes) -> np.ndarray:
+    return np.frombuffer(vector, dtype="<f4")
+
+
+def real_chunks() -> list[str]:
+    """Chunks of real prose: the shared corpus where present, else the README."""
+    alice = CORPORA / "alice.epub"
+    if alice.is_file():
+        return [c.text for c in parse_document(alice.read_bytes(), "epub").chunks]
+    readme = (ROOT / "README.md").read_bytes()
+    return [c.text for c in parse_document(readme, "markdown").chunks]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> WordLlamaEmbedder:
+    return WordLlamaEmbedder()
+
+
+async def test_vectors_are_normalised_little_endian_float32(embedder: WordLlamaEmbedder) -> None:
+    assert isinstance(embedder, Embedder)
+    assert embedder.dimensions == 256
+    vectors = await embedder.embed([SENTENCE, "quarterly revenue grew", "x"])
+    assert [len(v) for v in vectors] == [4 * 256] * 3
+    for vector in vectors:
+        assert abs(float(np.linalg.norm(as_array(vector).astype(np.float64))) - 1.0) < 1e-6
+    assert array("f", as_array(vectors[0]).tolist()).tobytes() == vectors[0]
+    assert as_array(vectors[0])[: len(GOLDEN)].tolist() == pytest.approx(GOLDEN, abs=1e-6)
+    assert await embedder.embed([]) == []
+
+
+async def test_agrees_with_wordllama_own_embed(embedder: WordLlamaEmbedder) -> None:
+    WordLlama = wordllama_embedder._import_wordllama()  # without its logging setup
+    folder = wordllama_embedder.package_dir()
+    assert folder is not None
+    bare = WordLlama.load(dim=256, cache_dir=folder, disable_download=True)
+    texts = real_chunks()[:200]
+    ours = np.stack([as_array(v) for v in await embedder.embed(texts)])
+    theirs = bare.embed(texts, norm=True)
+    assert np.abs(ours - theirs).max() < 1e-5
+    assert float((ours * theirs).sum(axis=1).min()) > 0.99999
+
+
+def test_paraphrases_are_closer_than_unrelated_sentences(embedder: WordLlamaEmbedder) -> None:
+    hashed = HashingEmbedder()
+    lexical_misses = 0
+    for sentence, paraphrase, unrelated in PARAPHRASES:
+        a, p, u = embedder.embed_now([sentence, paraphrase, unrelated])
+        assert cosine(a, p) > max(cosine(a, u), cosine(p, u)) + MARGIN, sentence
+        ha, hp, hu = hashed.embed_now([sentence, paraphrase, unrelated])
+        lexical_misses += cosine(ha, hp) <= max(cosine(ha, hu), cosine(hp, hu)) + MARGIN
+    # The same test tells the two apart: a bag of words misses most paraphrases (it
+    # finds only their shared function words).
+    assert lexical_misses > len(PARAPHRASES) // 2
+
+
+def test_vectors_are_the_same_in_another_process() -> None:
+    code = (
+        "import asyncio, sys; from core.ingest.wordllama_embedder import WordLlamaEmbedder;"
+        "texts = sys.stdin.read().split('\\x1e');"
+        "print(b''.join(asyncio.run(WordLlamaEmbedder().embed(texts))).hex())"
+    )
+    texts = "\x1e".join([SENTENCE, "日本語の文章です。", "Ünïcödé, ütf-8!", "x " * 9000])
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code], input=texts, capture_output=True, text=True, check=True
+        ).stdout
+        for _ in range(2)
+    }
+    assert len(runs) == 1
+    assert len(next(iter(runs)).strip()) == 4 * 2 * 256 * 4
+
+
+def test_empty_and_whitespace_give_the_zero_vector(embedder: WordLlamaEmbedder) -> None:
+    empty, blank, padded, plain = embedder.embed_now(["", " \n\t\u00a0 ", "  hello  ", "hello"])
+    assert empty == blank == bytes(4 * 256)
+    assert padded == plain  # outer whitespace is no part of the text's meaning
+    assert embedder.count_tokens(["", "   "]) == [0, 0]
+
+
+def test_non_latin_text_is_embedded(embedder: WordLlamaEmbedder) -> None:
+    texts = ["東京は日本の首都です。", "Москва — столица России.", "القاهرة عاصمة مصر", "🙂🚀"]
+    vectors = embedder.embed_now(texts)
+    for vector in vectors:
+        assert abs(float(np.linalg.norm(as_array(vector))) - 1.0) < 1e-6
+    assert len(set(vectors)) == len(texts)
+    # Byte fallback: characters outside the vocabulary still become tokens.
+    assert all(n > 0 for n in embedder.count_tokens(texts))
+
+
+def test_a_long_text_is_never_cut(embedder: WordLlamaEmbedder) -> None:
+    head = " ".join(sorted(real_chunks(), key=len)[-2:])
+    assert embedder.count_tokens([head])[0] > wordllama_embedder.TRAINED_MAX_TOKENS
+    # Words far past the model's training length still move the vector.
+    longer = head + " " + " ".join(["volcano eruption lava ash"] * 40)
+    a, b = embedder.embed_now([head, longer])
+    assert cosine(a, b) < 0.99
+
+
+def test_windows_give_the_whole_text_s_vector(
+    embedder: WordLlamaEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prose = " ".join(real_chunks())
+    assert len(prose) > 3 * wordllama_embedder.WINDOW_CHARS  # cut into windows
+    no_spaces = "東京は日本の首都です。" * 4_000  # hard cuts
+    windowed = embedder.embed_now([prose, no_spaces])
+    counts = embedder.count_tokens([prose])
+    monkeypatch.setattr(wordllama_embedder, "WINDOW_CHARS", 10**9)
+    whole = embedder.embed_now([prose, no_spaces])
+    assert cosine(windowed[0], whole[0]) > 0.9999
+    assert cosine(windowed[1], whole[1]) > 0.9999
+    # Cut at a space and the space dropped: the same tokens as the whole text.
+    assert embedder.count_tokens([prose]) == counts
+
+
+def test_a_batch_of_huge_texts_is_tokenised_in_bounded_calls(
+    embedder: WordLlamaEmbedder,
+) -> None:
+    huge = ["word " * 200_000, "other " * 150_000]
+    calls = list(wordllama_embedder._tokenizer_calls(huge))
+    assert len(calls) > 1
+    for owners, pieces in calls:
+        assert sum(map(len, pieces)) <= wordllama_embedder.TOKENIZE_MAX_CHARS
+        assert owners == sorted(owners)
+    assert {o for owners, _ in calls for o in owners} == {0, 1}
+    one, two = embedder.embed_now(huge)
+    assert cosine(one, embedder.embed_now(["word"])[0]) > 0.999
+    assert cosine(two, embedder.embed_now(["other"])[0]) > 0.999
+
+
+@pytest.mark.parametrize("dimensions", [d for d in DIMENSIONS if d != 256])
+def test_fewer_dimensions_are_the_leading_ones(
+    embedder: WordLlamaEmbedder, dimensions: int
+) -> None:
+    small = WordLlamaEmbedder(dimensions)
+    assert small.version != embedder.version
+    (full,) = embedder.embed_now([SENTENCE])
+    (cut,) = small.embed_now([SENTENCE])
+    assert len(cut) == 4 * dimensions
+    lead = as_array(full)[:dimensions]
+    assert float(lead @ as_array(cut)) / float(np.linalg.norm(lead)) > 0.99999
+
+
+def test_unsupported_dimensions_are_refused() -> None:
+    with pytest.raises(ValueError, match="64, 128, 256"):
+        WordLlamaEmbedder(512)
+
+
+async def test_the_event_loop_keeps_answering_during_a_big_batch(
+    embedder: WordLlamaEmbedder,
+) -> None:
+    embedder.load()
+    texts = (real_chunks() * 10)[: EMBED_BATCH * 10]
+    ticks = 0
+    done = asyncio.Event()
+
+    async def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            await asyncio.sleep(0)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    await embedder.embed(texts)
+    done.set()
+    await ticker
+    assert ticks > 10  # embedded on the loop, the ticker would not have run at all
+
+
+def test_the_model_loads_once_for_concurrent_first_calls() -> None:
+    code = """
+import threading
+import core.ingest.wordllama_embedder as w
+embedders = [w.WordLlamaEmbedder() for _ in range(4)]
+barrier = threading.Barrier(4)
+out = []
+def run(e):
+    barrier.wait()
+    out.append(e.embed_now(["claim race"]))
+threads = [threading.Thread(target=run, args=(e,)) for e in embedders]
+for t in threads: t.start()
+for t in threads: t.join()
+assert len(out) == 4 and all(o == out[0] for o in out), out
+assert list(w._models) == [256]
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+
+
+def test_loading_leaves_the_root_logger_alone() -> None:
+    code = (
+        "import logging; from core.ingest.wordllama_embedder import WordLlamaEmbedder;"
+        "before = (list(logging.getLogger().handlers), logging.getLogger().level);"
+        "WordLlamaEmbedder().embed_now(['x']);"
+        "logging.getLogger('somelib').info('must not be printed');"
+        "assert (list(logging.getLogger().handlers), logging.getLogger().level) == before;"
+        "print('ok')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "ok\n", "")
+
+
+def test_a_missing_wordllama_is_named_with_what_to_install() -> None:
+    # sys.modules[name] = None is Python's own "this module is not there".
+    code = (
+        "import sys; sys.modules['wordllama'] = None;"
+        "from core.ingest.wordllama_embedder import WordLlamaEmbedder, ModelUnavailable\n"
+        "try:\n    WordLlamaEmbedder()\nexcept ModelUnavailable as exc:\n    print(exc.message)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "wordllama is not installed (pip install 'wordllama>=0.4,<0.5')\n"
+
+
+def test_thread_safety_of_embedding_from_many_threads(embedder: WordLlamaEmbedder) -> None:
+    texts = real_chunks()[:64]
+    expected = embedder.embed_now(texts)
+    results: list[list[bytes]] = []
+    lock = threading.Lock()
+
+    def run() -> None:
+        got = embedder.embed_now(texts)
+        with lock:
+            results.append(got)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 3
+
+
+async def test_a_worker_stores_wordllama_vectors(tmp_path: Path) -> None:
+    """Through the real pipeline: a burst worker on a SQLite ledger stores exactly
+    the vectors the embedder gives, and the task records the embedder's version."""
+    from core import Settings, sqlite_url
+    from core.ingest.parse_pool import ParserPool
+    from core.ingest.worker import Worker
+    from core.ledger import Ledger
+    from core.states import TaskStatus
+
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
+    text = "\n\n".join(sorted(real_chunks(), key=len)[-6:]).encode()
+    embedder = WordLlamaEmbedder()
+    async with await Ledger.open(settings) as ledger, ParserPool(workers=1) as pool:
+        doc = await ledger.operator.upload(text, "alice.txt")
+        task_id = (await ledger.operator.submit(doc.document_id)).task_id
+        await Worker(ledger, "w-wordllama", pool=pool, embedder=embedder).run(until_idle=True)
+        task = await ledger.reads.get_task(task_id)
+        assert task.status is TaskStatus.SUCCEEDED, task.error_code
+        records = await ledger.reads.chunk_records(doc.document_id)
+    assert len(records) > 1
+    assert [r.embedding for r in records] == embedder.embed_now([r.text for r in records])
+    assert (task.options["embedder"], task.options["embedder_version"]) == (
+        "wordllama",
+        embedder.version,
+    )
