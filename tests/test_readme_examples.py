@@ -187,7 +187,8 @@ def test_only_the_known_sections_hold_sh_examples() -> None:
     }
     # Quickstart installs (tests/test_docs.py checks CI runs its test command);
     # Benchmarks run minutes-long measurements (tests/test_bench_smoke.py).
-    assert holders == {"Quickstart", "Using it", "The HTTP API", "Benchmarks"}
+    # Search: tests/retrieval/test_readme_search.py.
+    assert holders == {"Quickstart", "Using it", "The HTTP API", "Benchmarks", "Search"}
 
 
 def test_using_it_does_what_the_readme_says(
