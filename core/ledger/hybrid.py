@@ -188,6 +188,15 @@ class Searcher:
         limit: int = 20,
         include_unpublished: bool = False,
     ) -> SearchAnswer:
+        """The best ``limit`` chunks for ``query`` in ``mode`` (None: the default for
+        the active index), and how they were found.
+
+        Raises:
+            BadInput: an unknown mode, a query without words, a limit out of range,
+                or a vector or hybrid search on a ledger with no index yet.
+            ProviderUnreachable: a vector search whose query the index's embedder
+                could not embed (hybrid answers from keyword ranks instead).
+        """
         asked = parse_mode(mode)
         check_query(query, limit)
         label = asked.value if asked else ""
