@@ -23,6 +23,7 @@ says so in :attr:`SearchAnswer.notice`, which every face shows.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -54,10 +55,12 @@ if TYPE_CHECKING:
 # Candidates each leg of a hybrid search brings to the fusion: RRF only sees ranks,
 # and past ~100 a rank adds under 1/160 to a score.
 HYBRID_CANDIDATES = 100
-# Vector candidates are checked for publication in the ledger: first this many times
-# the hits asked for, then (when too few were published) four times more, until the
-# whole index has been looked at.
-VECTOR_OVERFETCH = 4
+# Vector candidates are checked for publication in the ledger: first twice the hits
+# asked for (most chunks of the active index are published), then, while too few
+# were, four times more, until the whole index has been looked at. Each candidate
+# costs two primary-key reads (16 ms for 400 at 1M chunks on the loaded machine).
+VECTOR_FIRST_FETCH = 2
+VECTOR_WIDEN = 4
 ID_SLICE = 5000  # ids per IN (...) list
 HASHED_EMBEDDERS = frozenset({"hashed"})  # core.ingest.embedders' kind
 
@@ -215,24 +218,37 @@ class Searcher:
             raise BadInput("no active index: vector search needs one (`ingestdesk index list`)")
         from core.ledger.vector_search import SEARCH_PATH
 
-        want = limit if chosen == SearchMode.VECTOR else max(limit, HYBRID_CANDIDATES)
-        try:
-            ranked = await self._vector_ranking(index, query, want, include_unpublished)
-        except ProviderUnreachable as exc:
-            if chosen == SearchMode.VECTOR:
-                raise
+        if chosen == SearchMode.VECTOR:
+            nearest = await self._nearest(index, query, limit, _chunk_rows, include_unpublished)
+            hits = [
+                _vector_hit(
+                    rows, Candidate(c, (rows[0].document_id, rows[0].ordinal), v, r), index.name
+                )
+                for r, (c, rows, v) in enumerate(nearest, start=1)
+            ]
+            return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
+        # The legs at once: the keyword leg's statement runs in the ledger's thread
+        # while the vector leg multiplies the matrix on this one (at 1M vectors, each
+        # is tens to hundreds of milliseconds).
+        want = max(limit, HYBRID_CANDIDATES)
+        words, ranked = await asyncio.gather(
+            keyword(want, self._or_leg),
+            self._vector_ranking(index, query, want, include_unpublished),
+            return_exceptions=True,
+        )
+        if isinstance(words, BaseException):
+            raise words
+        if isinstance(ranked, ProviderUnreachable):
             return SearchAnswer(
-                await keyword(limit),
+                words[:limit] if not self._or_leg else await keyword(limit),
                 SearchMode.KEYWORD.value,
                 index=index.name,
                 path=SEARCH_PATH,
-                notice=f"keyword ranks only: {exc.message}",
+                notice=f"keyword ranks only: {ranked.message}",
                 asked=label,
             )
-        if chosen == SearchMode.VECTOR:
-            hits = await self._hydrate(ranked, index.name, include_unpublished)
-            return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
-        words = await keyword(max(limit, HYBRID_CANDIDATES), self._or_leg)
+        if isinstance(ranked, BaseException):
+            raise ranked
         order = fuse(words, ranked, limit, keyword_first=names_an_identifier(query))
         # Only the vector hits that made the cut are read whole (text, place).
         found = {_key(h): h for h in words}
@@ -269,33 +285,44 @@ class Searcher:
             ) from None
         return bytes(vector)
 
-    async def _vector_ranking(
-        self, index: IndexLike, query: str, want: int, include_unpublished: bool
-    ) -> list[Candidate]:
+    async def _nearest(
+        self,
+        index: IndexLike,
+        query: str,
+        want: int,
+        read: Callable[..., dict[int, Any]],
+        include_unpublished: bool,
+    ) -> list[tuple[int, Any, float]]:
         """The ``want`` nearest chunks of published versions (any, with
-        ``include_unpublished``), best first, ranked among those."""
+        ``include_unpublished``), best first: (chunk id, what ``read`` found of it in
+        the ledger, cosine). Candidates are checked by ``read`` in one statement, more
+        of them while too few were published."""
         from core.ledger.vector_search import as_query
 
         raw = await self._query_vector(index, query)
         matrix = await self.cache.current(index)
         q = as_query(raw, index.dimensions)
-        k = max(want * VECTOR_OVERFETCH, want)
+        k = want * VECTOR_FIRST_FETCH
         while True:
             nearest = matrix.top(q, k)
-            keys = await self._tx.read(
+            found = await self._tx.read(
                 partial(
-                    _published_keys,
+                    read,
                     ids=[chunk for chunk, _ in nearest],
                     include_unpublished=include_unpublished,
                 )
             )
-            kept = [(c, keys[c], score) for c, score in nearest if c in keys]
+            kept = [(c, found[c], score) for c, score in nearest if c in found]
             if len(kept) >= want or k >= matrix.count:
-                break
-            k *= VECTOR_OVERFETCH
-        return [
-            Candidate(c, key, score, rank) for rank, (c, key, score) in enumerate(kept[:want], 1)
-        ]
+                return kept[:want]
+            k *= VECTOR_WIDEN
+
+    async def _vector_ranking(
+        self, index: IndexLike, query: str, want: int, include_unpublished: bool
+    ) -> list[Candidate]:
+        """The vector leg of a hybrid search: ids and ranks, no text read."""
+        nearest = await self._nearest(index, query, want, _published_keys, include_unpublished)
+        return [Candidate(c, key, score, r) for r, (c, key, score) in enumerate(nearest, 1)]
 
     async def _hydrate(
         self, ranked: Sequence[Candidate], index: str, include_unpublished: bool
@@ -344,16 +371,18 @@ def _published_keys(
 
 
 def _published(conn: Connection, document_ids: Sequence[str]) -> set[str]:
+    """Those of ``document_ids`` that are published versions. Read by primary key
+    and judged here: with the status in the WHERE clause, SQLite's planner starts
+    from the status index and reads every published version (92 ms for 400
+    candidates at 100 000 documents, against ~2 ms)."""
     out: set[str] = set()
     for start in range(0, len(document_ids), ID_SLICE):
-        out.update(
-            conn.execute(
-                select(DOCUMENTS.c.id).where(
-                    DOCUMENTS.c.id.in_(document_ids[start : start + ID_SLICE]),
-                    DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value,
-                )
-            ).scalars()
+        rows = conn.execute(
+            select(DOCUMENTS.c.id, DOCUMENTS.c.status).where(
+                DOCUMENTS.c.id.in_(document_ids[start : start + ID_SLICE])
+            )
         )
+        out.update(r.id for r in rows if r.status == DocumentStatus.PUBLISHED.value)
     return out
 
 
@@ -406,11 +435,20 @@ def _chunk_rows(
     versions: dict[str, Any] = {}
     for start in range(0, len(wanted), ID_SLICE):
         stmt = select(
-            DOCUMENTS.c.id, DOCUMENTS.c.family_id, DOCUMENTS.c.version_no, DOCUMENTS.c.filename
+            DOCUMENTS.c.id,
+            DOCUMENTS.c.status,
+            DOCUMENTS.c.family_id,
+            DOCUMENTS.c.version_no,
+            DOCUMENTS.c.filename,
         ).where(DOCUMENTS.c.id.in_(wanted[start : start + ID_SLICE]))
-        if not include_unpublished:
-            stmt = stmt.where(DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value)
-        versions.update({r.id: r for r in conn.execute(stmt)})
+        # The status judged here, not in SQL: see _published.
+        versions.update(
+            {
+                r.id: r
+                for r in conn.execute(stmt)
+                if include_unpublished or r.status == DocumentStatus.PUBLISHED.value
+            }
+        )
     return {c.id: (c, versions[c.document_id]) for c in chunks if c.document_id in versions}
 
 
