@@ -31,7 +31,6 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, ProviderUnreachable
@@ -42,12 +41,12 @@ from core.ingest.providers import (
     OutcomeUnknown,
     ProviderRejected,
 )
-from core.ledger.fusion import reciprocal_rank_fusion
-from core.ledger.schema import CHUNKS, DOCUMENTS
-from core.ledger.search import SNIPPET_WORDS, check_query, query_terms, run_search
+from core.ledger.candidates import Candidate, chunk_rows, published_keys, vector_hit
+from core.ledger.fusion import fuse, fused_hit, key_of, names_an_identifier
+from core.ledger.search import check_query, run_search
 from core.ledger.transactions import Transactions
-from core.ledger.views import SearchHit, _View, chunk_place
-from core.states import DocumentStatus, ErrorCode
+from core.ledger.views import SearchHit, _View
+from core.states import ErrorCode
 
 if TYPE_CHECKING:
     from core.ledger.vector_search import IndexLike, IndexSource, VectorCache
@@ -61,7 +60,6 @@ HYBRID_CANDIDATES = 100
 # costs two primary-key reads (16 ms for 400 at 1M chunks on the loaded machine).
 VECTOR_FIRST_FETCH = 2
 VECTOR_WIDEN = 4
-ID_SLICE = 5000  # ids per IN (...) list
 HASHED_EMBEDDERS = frozenset({"hashed"})  # core.ingest.embedders' kind
 
 
@@ -219,9 +217,9 @@ class Searcher:
         from core.ledger.vector_search import SEARCH_PATH
 
         if chosen == SearchMode.VECTOR:
-            nearest = await self._nearest(index, query, limit, _chunk_rows, include_unpublished)
+            nearest = await self._nearest(index, query, limit, chunk_rows, include_unpublished)
             hits = [
-                _vector_hit(
+                vector_hit(
                     rows, Candidate(c, (rows[0].document_id, rows[0].ordinal), v, r), index.name
                 )
                 for r, (c, rows, v) in enumerate(nearest, start=1)
@@ -251,13 +249,17 @@ class Searcher:
             raise ranked
         order = fuse(words, ranked, limit, keyword_first=names_an_identifier(query))
         # Only the vector hits that made the cut are read whole (text, place).
-        found = {_key(h): h for h in words}
+        found = {key_of(h): h for h in words}
         chosen_keys = dict(order)
         wanted = [c for c in ranked if c.key in chosen_keys and c.key not in found]
-        found |= {_key(h): h for h in await self._hydrate(wanted, index.name, include_unpublished)}
+        found |= {
+            key_of(h): h for h in await self._hydrate(wanted, index.name, include_unpublished)
+        }
         by_key = {c.key: c for c in ranked}
         hits = [
-            _fused(found[k], by_key.get(k), score, index.name) for k, score in order if k in found
+            fused_hit(found[k], by_key.get(k), score, index.name)
+            for k, score in order
+            if k in found
         ]
         return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
 
@@ -321,7 +323,7 @@ class Searcher:
         self, index: IndexLike, query: str, want: int, include_unpublished: bool
     ) -> list[Candidate]:
         """The vector leg of a hybrid search: ids and ranks, no text read."""
-        nearest = await self._nearest(index, query, want, _published_keys, include_unpublished)
+        nearest = await self._nearest(index, query, want, published_keys, include_unpublished)
         return [Candidate(c, key, score, r) for r, (c, key, score) in enumerate(nearest, 1)]
 
     async def _hydrate(
@@ -330,60 +332,12 @@ class Searcher:
         """Vector hits, read whole (a chunk unpublished since it was ranked drops out)."""
         rows = await self._tx.read(
             partial(
-                _chunk_rows,
+                chunk_rows,
                 ids=[c.chunk_id for c in ranked],
                 include_unpublished=include_unpublished,
             )
         )
-        return [_vector_hit(rows[c.chunk_id], c, index) for c in ranked if c.chunk_id in rows]
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A chunk the vector leg ranked: its id, (document id, ordinal), cosine, rank."""
-
-    chunk_id: int
-    key: tuple[str, int]
-    score: float
-    rank: int
-
-
-def _key(hit: SearchHit) -> tuple[str, int]:
-    return (hit.document_id, hit.ordinal)
-
-
-def _published_keys(
-    conn: Connection, ids: Sequence[int], include_unpublished: bool
-) -> dict[int, tuple[str, int]]:
-    """Chunk id -> (document id, ordinal) of those of ``ids`` whose version is
-    published (any, with ``include_unpublished``): no text read, these are candidates."""
-    chunks: list[Any] = []
-    for start in range(0, len(ids), ID_SLICE):
-        chunks += conn.execute(
-            select(CHUNKS.c.id, CHUNKS.c.document_id, CHUNKS.c.ordinal).where(
-                CHUNKS.c.id.in_(ids[start : start + ID_SLICE])
-            )
-        ).all()
-    if not include_unpublished:
-        published = _published(conn, sorted({c.document_id for c in chunks}))
-        chunks = [c for c in chunks if c.document_id in published]
-    return {c.id: (c.document_id, c.ordinal) for c in chunks}
-
-
-def _published(conn: Connection, document_ids: Sequence[str]) -> set[str]:
-    """Those of ``document_ids`` that are published versions. Read by primary key
-    and judged here: with the status in the WHERE clause, SQLite's planner starts
-    from the status index and reads every published version (92 ms for 400
-    candidates at 100 000 documents, against ~2 ms)."""
-    out: set[str] = set()
-    for start in range(0, len(document_ids), ID_SLICE):
-        rows = conn.execute(
-            select(DOCUMENTS.c.id, DOCUMENTS.c.status).where(
-                DOCUMENTS.c.id.in_(document_ids[start : start + ID_SLICE])
-            )
-        )
-        out.update(r.id for r in rows if r.status == DocumentStatus.PUBLISHED.value)
-    return out
+        return [vector_hit(rows[c.chunk_id], c, index) for c in ranked if c.chunk_id in rows]
 
 
 def _keyword(
@@ -406,127 +360,3 @@ def _keyword(
         replace(h, mode="keyword", keyword_rank=rank, keyword_score=h.score)
         for rank, h in enumerate(hits, start=1)
     ]
-
-
-def _chunk_rows(
-    conn: Connection, ids: Sequence[int], include_unpublished: bool
-) -> dict[int, tuple[Any, Any]]:
-    """The chunks among ``ids`` whose version is published (any, with
-    ``include_unpublished``): chunk id -> (chunk row, version row).
-
-    Two look-ups by primary key, not one join: with the status condition in a join,
-    SQLite's planner starts from the documents' status index and reads every
-    published document's chunks (3.8 ms for 40 candidates at 10k chunks, growing
-    with the ledger)."""
-    chunks: list[Any] = []
-    # In slices: a statement's parameters are bounded (SQLite: 32 766).
-    for start in range(0, len(ids), ID_SLICE):
-        chunks += conn.execute(
-            select(
-                CHUNKS.c.id,
-                CHUNKS.c.document_id,
-                CHUNKS.c.ordinal,
-                CHUNKS.c.page,
-                CHUNKS.c.text,
-                CHUNKS.c.location,
-            ).where(CHUNKS.c.id.in_(ids[start : start + ID_SLICE]))
-        ).all()
-    wanted = sorted({c.document_id for c in chunks})
-    versions: dict[str, Any] = {}
-    for start in range(0, len(wanted), ID_SLICE):
-        stmt = select(
-            DOCUMENTS.c.id,
-            DOCUMENTS.c.status,
-            DOCUMENTS.c.family_id,
-            DOCUMENTS.c.version_no,
-            DOCUMENTS.c.filename,
-        ).where(DOCUMENTS.c.id.in_(wanted[start : start + ID_SLICE]))
-        # The status judged here, not in SQL: see _published.
-        versions.update(
-            {
-                r.id: r
-                for r in conn.execute(stmt)
-                if include_unpublished or r.status == DocumentStatus.PUBLISHED.value
-            }
-        )
-    return {c.id: (c, versions[c.document_id]) for c in chunks if c.document_id in versions}
-
-
-def excerpt(text: str, words: int = SNIPPET_WORDS) -> str:
-    """A vector hit's snippet: the chunk's first words (no word matched to mark)."""
-    parts = text.split()
-    return " ".join(parts[:words]) + ("…" if len(parts) > words else "")
-
-
-def _vector_hit(rows: tuple[Any, Any], candidate: Candidate, index: str) -> SearchHit:
-    row, version = rows
-    score, rank = candidate.score, candidate.rank
-    location, place = chunk_place(row.page, row.location)
-    rounded = float(f"{score:.6g}")
-    return SearchHit(
-        document_id=row.document_id,
-        filename=version.filename,
-        ordinal=row.ordinal,
-        page=row.page,
-        text=row.text,
-        family_id=version.family_id,
-        version_no=version.version_no,
-        score=rounded,
-        snippet=excerpt(row.text),
-        location=location,
-        place=place,
-        mode="vector",
-        index=index,
-        vector_rank=rank,
-        vector_score=rounded,
-    )
-
-
-def names_an_identifier(query: str) -> bool:
-    """Whether the query holds a term with a digit in it (``HR-121``, ``E-4471``,
-    ``4400``): a name for one thing, which vectors cannot tell from its near-twins."""
-    return any(any(w.isdigit() for w in term) for term in query_terms(query))
-
-
-def fuse(
-    keyword: Sequence[SearchHit],
-    vector: Sequence[Candidate],
-    limit: int,
-    *,
-    keyword_first: bool = False,
-) -> list[tuple[tuple[str, int], float]]:
-    """The two rankings fused (RRF): the first ``limit`` chunks, (document id,
-    ordinal), with their fused scores, best first.
-
-    ``keyword_first`` (a query naming an identifier): the chunks that hold every
-    term come first, in the keyword leg's order, then the rest by fused score. With
-    RRF alone, near-twins that cite each other (HR-112 "see HR-121") are all keyword
-    hits a rank apart, and the vector leg, which reads ``121`` and ``112`` alike,
-    decides between them: measured on tests/retrieval/, the exact questions' first
-    hit was right 11 times in 12 (keyword search alone: 12); with this, 12.
-    """
-    words = [_key(h) for h in keyword]
-    fused = reciprocal_rank_fusion([words, [c.key for c in vector]])
-    if keyword_first:
-        rank = {k: r for r, k in enumerate(words)}
-        # Stable: chunks the keyword leg did not find keep their fused order.
-        fused.sort(key=lambda kv: (0, rank[kv[0]]) if kv[0] in rank else (1, 0))
-    return fused[:limit]
-
-
-def _fused(hit: SearchHit, vector: Candidate | None, score: float, index: str) -> SearchHit:
-    """A hybrid hit: the keyword leg's hit (its marked snippet) or the vector leg's,
-    with both legs' ranks and scores and the fused score."""
-    fused = float(f"{score:.6g}")
-    keyword = hit.mode == "keyword"
-    return replace(
-        hit,
-        mode="hybrid",
-        index=index,
-        score=fused,
-        fused_score=fused,
-        keyword_rank=hit.keyword_rank if keyword else None,
-        keyword_score=hit.keyword_score if keyword else None,
-        vector_rank=vector.rank if vector else None,
-        vector_score=float(f"{vector.score:.6g}") if vector else None,
-    )
