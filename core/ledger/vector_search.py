@@ -12,9 +12,11 @@ load of ~3, 1M x 256 random unit vectors; ``python -m bench.search`` prints it a
 * float16 storage (512 MB) costs 1.8 s a query (numpy has no float16 BLAS: every
   block is converted first), int8 storage (256 MB) 0.7 s: each is over the 250 ms
   target at 1M by itself, so quantising trades the target for memory. Not done;
-* sqlite-vec / pgvector: optional extensions the fresh machine lacks (this Python
-  cannot load SQLite extensions); the same exact results from one code path on both
-  backends win until a measurement says otherwise. :data:`SEARCH_PATH` names the path.
+* sqlite-vec / pgvector: not measured. The fresh machine has neither (this Python's
+  sqlite3 cannot load extensions; pgvector is not packaged for its Debian release), and
+  their exact search reads the same bytes a query, so the gain would have to come from
+  an approximate index, whose recall would then need measuring. One code path on both
+  backends meanwhile; :data:`SEARCH_PATH` names it in every answer.
 
 The matrix follows the ledger without a restart: before each search the index's
 revision is read (:meth:`core.ledger.indexes.Indexes.revision`: its deletions count,
