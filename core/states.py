@@ -85,6 +85,7 @@ class ErrorCode(StrEnum):
     PARSER_KILLED = "parser_killed"
     DISK_FULL = "disk_full"
     OCR_UNAVAILABLE = "ocr_unavailable"
+    INDEX_NOT_FOUND = "index_not_found"
 
 
 class PageDecision(StrEnum):
@@ -315,6 +316,12 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
             "engine or its language data is not installed where the worker runs",
             "install it (apt-get install tesseract-ocr-eng; pip install tesserocr), "
             "check `ingestdesk formats`, then retry the task",
+            transient=False,
+        ),
+        ErrorInfo(
+            ErrorCode.INDEX_NOT_FOUND,
+            "a re-embedding task's index was dropped before the task ran",
+            "nothing to do: the version's other indexes are untouched (`ingestdesk index list`)",
             transient=False,
         ),
     )

@@ -39,6 +39,10 @@ EXPECTED_LINES = {
         # The README's bench.ingest runs the formats rows too (all of them: bench.formats).
         "ratio formats PDF, worker / bare pages/s:",
     ),
+    "bench.campaign": (
+        "ratio ingestion through one worker / bare model chunks/s:",
+        "ratio re-embedding campaign / bare model chunks/s:",
+    ),
     "bench.embedders": (
         "ratio wordllama embed, pipeline / bare model chunks/s:",
         "ratio wordllama embed median, pipeline / bare:",

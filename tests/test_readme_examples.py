@@ -502,6 +502,29 @@ def test_every_cli_reference_row_does_what_it_says(
         "64, 128, 256"
     )
 
+    # index list | show | create | resume | cancel | activate | drop: the vector indexes
+    (tmp_path / "kept.txt").write_bytes(b"Runbook: a lease expires after thirty seconds.\n")
+    (kept,) = value("add", "kept.txt")
+    ok(run("worker", "--until-idle"))
+    assert value("publish", kept["document_id"])["status"] == "published"
+    (first,) = value("index", "list")
+    assert (first["state"], first["embedder"]) == ("active", "wordllama")
+    assert value("index", "show", first["name"])["vectors"] > 0
+    made = value("index", "create", "hashed:64", "--name", "lexical")
+    assert (made["name"], made["state"], made["campaign"]["total"]) == ("lexical", "building", 1)
+    assert value("index", "cancel", "lexical", "--reason", "not yet")["campaign"]["by_status"] == {
+        "cancelled": 1
+    }
+    early = run("index", "activate", "lexical")
+    assert early.code == 3 and "not ready" in early.stderr
+    assert value("index", "resume", "lexical")["campaign"]["by_status"]["queued"] == 1
+    ok(run("worker", "--until-idle"))
+    assert value("index", "show", "lexical")["state"] == "ready"
+    assert value("index", "activate", "lexical")["state"] == "active"
+    assert run("index", "drop", "lexical").code == 3  # the active index stays
+    assert value("index", "drop", first["name"])["name"] == first["name"]
+    assert [i["name"] for i in value("index", "list")] == ["lexical"]
+
     # --version: the installed version
     from importlib.metadata import version
 

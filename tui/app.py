@@ -52,6 +52,7 @@ from tui.workforce import Workforce
 if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
+    from core.ingest.embedder import Embedder
     from core.ingest.providers import RemoteProvider
 
 logger = logging.getLogger(__name__)
@@ -69,8 +70,9 @@ class IngestDeskApp(App[int]):
         read_only: No operator and no workers: every action that changes the ledger
             is hidden, and refused when its key is pressed.
         pool: Parser pool for the in-process workers (default: one the app owns).
-        provider: Remote embedding provider the in-process workers embed with
-            (default: the local embedder). The caller closes it after the app exits.
+        provider: Embedder or remote provider the in-process workers embed with
+            (default: the hashed bag of words). The caller closes a remote one after
+            the app exits.
         clock: Clock for ages, stalls and throughput (tests freeze it).
         poll_interval_s: Seconds between polls of the ledger.
         actor: Name recorded in the audit log for operator actions.
@@ -113,7 +115,7 @@ class IngestDeskApp(App[int]):
         workers: int = 2,
         read_only: bool = False,
         pool: ParserPool | None = None,
-        provider: RemoteProvider | None = None,
+        provider: Embedder | RemoteProvider | None = None,
         clock: Callable[[], float] | None = None,
         poll_interval_s: float = POLL_INTERVAL_S,
         actor: str | None = None,
@@ -501,6 +503,16 @@ async def _run(settings: Settings, *, faults_dir: Path | None = None, **options:
                     return 1
                 print(f"demo provider with faults at {provider.endpoint}", flush=True)
                 options["provider"] = provider
+            elif not options.get("read_only"):
+                # The in-process workers embed as `ingestdesk worker` does: with the
+                # active index's embedder (a fresh ledger: the default model).
+                from core.ingest.embedders import worker_embedder
+
+                try:
+                    options["provider"] = await worker_embedder(ledger)
+                except IngestDeskError as exc:
+                    print(f"ingestdesk: {visible(exc.message)}", file=sys.stderr)
+                    return exc.exit_code or 1
             app = IngestDeskApp(ledger, **options)  # type: ignore[arg-type]
             result = await app.run_async()
             return int(result or 0) if app.return_code in (None, 0) else int(app.return_code or 1)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from textual.worker import Worker as TextualWorker
 
     from core import Ledger
+    from core.ingest.embedder import Embedder
     from core.ingest.providers import RemoteProvider
 
 ACTIVITY_LINES = 200  # worker log lines buffered between polls at most
@@ -70,8 +71,8 @@ class Workforce:
         prefix: Prefix of worker ids, distinct between dashboards.
         pool: Parser pool for the workers (default: one this workforce starts on
             first use and closes in :meth:`aclose`).
-        provider: Remote embedding provider the workers embed with (default: the
-            local embedder). Not closed here.
+        provider: The embedder or remote provider the workers embed with (default:
+            the hashed bag of words). Not closed here.
         on_change: Called when a worker stops by itself, loses or finds the ledger
             (the panel shows it at once, not at the next poll, which may be failing).
     """
@@ -83,7 +84,7 @@ class Workforce:
         *,
         prefix: str,
         pool: ParserPool | None = None,
-        provider: RemoteProvider | None = None,
+        provider: Embedder | RemoteProvider | None = None,
         on_change: Callable[[], None] = _nothing,
     ) -> None:
         self.ledger = ledger

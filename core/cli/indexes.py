@@ -1,5 +1,8 @@
 """``ingestdesk index``: the ledger's vector indexes — which embedder each is, its
-state, how many vectors it holds, and which one search answers from."""
+state, how many vectors it holds, which one search answers from — and the operator's
+actions on them: create one (a re-embedding campaign over every published and
+review-pending version), follow, cancel or resume its campaign, activate it (one
+transaction), drop an old one."""
 
 from __future__ import annotations
 
@@ -10,35 +13,84 @@ from typing import TYPE_CHECKING
 from core.cli.command import Command, on_ledger
 from core.cli.options import common_options
 from core.cli.output import Output
+from core.states import TaskStatus
 
 if TYPE_CHECKING:
-    from core.ledger import IndexView, Ledger
+    from core.ledger import CampaignProgress, Ledger
 
 
 def _when(at: float | None) -> str:
     return "-" if at is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
 
 
-def _line(index: IndexView) -> str:
+def _campaign(progress: CampaignProgress) -> str:
+    if not progress.total:
+        return "no campaign"
+    others = ", ".join(
+        f"{n} {status}"
+        for status, n in sorted(progress.by_status.items())
+        if status != TaskStatus.SUCCEEDED.value
+    )
+    return f"campaign {progress.done}/{progress.total}" + (f" ({others})" if others else "")
+
+
+def _line(progress: CampaignProgress) -> str:
+    index = progress.index
     model = f" {index.model}" if index.model else ""
     return (
         f"{index.id:>3}  {index.name:<28} {index.state.value:<8} "
         f"{index.embedder}{model} {index.dimensions}d  {index.vectors} vectors  "
-        f"activated {_when(index.activated_at)}"
+        f"{_campaign(progress)}  activated {_when(index.activated_at)}"
     )
 
 
 async def _list(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    indexes = await ledger.indexes.list()
-    lines = [_line(i) for i in indexes] or [
+    found = [await ledger.campaigns.progress(i.id) for i in await ledger.indexes.list()]
+    lines = [_line(p) for p in found] or [
         "no index yet: the first worker to embed a document makes one (and makes it active)"
     ]
-    out.emit([i.to_dict() for i in indexes], lines)
+    out.emit([p.to_dict() for p in found], lines)
 
 
 async def _show(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    index = await ledger.indexes.get(args.index)
-    out.emit(index.to_dict(), [_line(index), f"version {index.version}"])
+    progress = await ledger.campaigns.progress(args.index)
+    out.emit(progress.to_dict(), [_line(progress), f"version {progress.index.version}"])
+
+
+async def _create(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    from core.ingest.embedding import index_key_for_spec
+
+    key = index_key_for_spec(args.spec)
+    progress = await ledger.campaigns.create(key, name=args.name, actor=args.actor)
+    out.emit(
+        progress.to_dict(),
+        [
+            _line(progress),
+            f"{progress.total} re-embedding tasks queued: workers run them "
+            f"(`ingestdesk worker --loop`); then `ingestdesk index activate "
+            f"{progress.index.name}`",
+        ],
+    )
+
+
+async def _resume(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    progress = await ledger.campaigns.resume(args.index, actor=args.actor)
+    out.emit(progress.to_dict(), [_line(progress)])
+
+
+async def _cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    progress = await ledger.campaigns.cancel(args.index, actor=args.actor, reason=args.reason)
+    out.emit(progress.to_dict(), [_line(progress), "resume it to go on where it stopped"])
+
+
+async def _activate(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    index = await ledger.campaigns.activate(args.index, force=args.force)
+    out.emit(index.to_dict(), [f"index {index.name} is active: search answers from it"])
+
+
+async def _drop(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    index = await ledger.campaigns.drop(args.index, actor=args.actor)
+    out.emit(index.to_dict(), [f"index {index.name} dropped with its {index.vectors} vectors"])
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +102,31 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     show = actions.add_parser("show", help="one index, by name or id", parents=common)
     show.add_argument("index", metavar="INDEX", help="its name or id")
     show.set_defaults(index_run=_show)
+    create = actions.add_parser(
+        "create",
+        help="a new index for an embedder, and its re-embedding campaign",
+        parents=common,
+    )
+    create.add_argument("spec", metavar="EMBEDDER", help="the embedder (see: ingestdesk embedders)")
+    create.add_argument("--name", help="its name (default: from the embedder)")
+    create.set_defaults(index_run=_create)
+    for action, helps, run in (
+        ("resume", "queue what the index still lacks and requeue its failures", _resume),
+        ("cancel", "cancel its campaign's tasks still to run (resume goes on)", _cancel),
+        ("activate", "make a ready index the one search answers from", _activate),
+        ("drop", "remove an index that is not active, with its vectors", _drop),
+    ):
+        sub = actions.add_parser(action, help=helps, parents=common)
+        sub.add_argument("index", metavar="INDEX", help="its name or id")
+        sub.set_defaults(index_run=run)
+        if action == "cancel":
+            sub.add_argument("--reason", help="kept in each task's history")
+        if action == "activate":
+            sub.add_argument(
+                "--force",
+                action="store_true",
+                help="activate a building or retired index (versions may lack vectors)",
+            )
 
 
 async def _dispatch(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:

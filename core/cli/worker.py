@@ -44,9 +44,11 @@ from core.ingest.parsing import (
     ParserUnavailable,
     parser_info,
 )
+from core.ingest.providers import RemoteProvider
 from core.safe_text import check_identifier
 
 if TYPE_CHECKING:
+    from core.ingest.embedder import Embedder
     from core.ingest.pipeline import PipelineOptions
 
 DEFAULT_STOP_GRACE_S = 10.0  # seconds running tasks get to finish on SIGTERM
@@ -115,6 +117,12 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "runs); every call goes through the provider ledger (default: in-process)",
     )
     parser.add_argument(
+        "--embedder",
+        metavar="SPEC",
+        help="embed in-process with this embedder (see `ingestdesk embedders`; default: "
+        "the active index's, or wordllama on a ledger without one)",
+    )
+    parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default="text",
@@ -156,6 +164,12 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
             f"--chunk-overlap ({overlap}) must be less than the chunk size ({size})"
         ) from exc
     provider = getattr(args, "provider", None)
+    if provider is not None and getattr(args, "embedder", None) is not None:
+        raise BadInput("--provider and --embedder name two embedders: give one")
+    if getattr(args, "embedder", None) is not None:
+        from core.ingest.embedders import EmbedderSpec
+
+        EmbedderSpec.parse(args.embedder)  # refused before the ledger is opened
     if provider is not None:
         try:
             args.provider = provider_url(provider)
@@ -242,7 +256,7 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
     # The signal that stopped the worker, if one did (the first one counts).
     stopped_by: list[signal.Signals] = []
     with worker_log(sys.stderr if out.as_json else sys.stdout, log_format) as log:
-        provider = None
+        provider: Embedder | RemoteProvider | None = None
         if getattr(args, "provider", None):
             from core.cli.review import connect_provider
 
@@ -255,9 +269,17 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
             # come up first, and opens (creates) the ledger as serve would.
             ledger = await Ledger.open(settings, create=bool(args.loop))
         except BaseException:
-            if provider is not None:
+            if isinstance(provider, RemoteProvider):
                 await provider.aclose()
             raise
+        if provider is None:
+            from core.ingest.embedders import worker_embedder
+
+            try:
+                provider = await worker_embedder(ledger, getattr(args, "embedder", None))
+            except BaseException:
+                await ledger.close()
+                raise
         # Start-up is done: what is loaded now lives as long as the process (why and
         # what it saves: core/gc_tuning.py).
         freeze_startup_objects()
@@ -297,7 +319,7 @@ async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: 
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await ledger.close()
-            if provider is not None:
+            if isinstance(provider, RemoteProvider):
                 await provider.aclose()
     if worker.fault is not None:
         raise WorkerStopped(f"worker={worker.worker_id} stopped: {worker.fault}")

@@ -30,6 +30,7 @@ from core.errors import BadInput
 if TYPE_CHECKING:
     from core.ingest.embedder import Embedder
     from core.ingest.providers import RemoteProvider
+    from core.ledger import IndexView, Ledger
 
 SPEC_MAX_CHARS = 2_000  # characters; a spec is a CLI argument or a query parameter
 OPTION_VALUE_MAX_CHARS = 1_000  # characters
@@ -302,6 +303,40 @@ def embedder_for(spec: EmbedderSpec) -> Embedder | RemoteProvider:
     if spec.embedder == "openai":
         raise BadInput(f"embedder {spec.text()} is {OPENAI_NOT_WIRED}")
     raise _refuse(f"unknown embedder {spec.embedder[:40]!r}")
+
+
+def spec_of_index(index: IndexView) -> EmbedderSpec:
+    """The spec that makes an index's vectors (its kind, model, dimensions, options)."""
+    return EmbedderSpec(
+        index.embedder,
+        LOCAL_MODELS.get(index.embedder, index.model),
+        index.dimensions,
+        Options(index.options),
+    )
+
+
+async def worker_embedder(ledger: Ledger, spec: str | None = None) -> Embedder | RemoteProvider:
+    """What a worker started by a person embeds with: ``spec`` when given; else the
+    embedder of the ledger's active index, so new versions land where search looks
+    (a worker on another model still works: its versions are re-embedded into the
+    active index); else, on a ledger no worker has embedded in, :func:`default_spec`.
+
+    Raises:
+        BadInput: ``spec`` is not an embedder, or the active index's embedder is not
+            available here (what to install, or pass an embedder).
+    """
+    if spec is not None:
+        return embedder_for(EmbedderSpec.parse(spec))
+    active = await ledger.indexes.active()
+    if active is None:
+        return embedder_for(default_spec())
+    try:
+        return embedder_for(spec_of_index(active))
+    except BadInput as exc:
+        raise BadInput(
+            f"the active index {active.name} needs its embedder: {exc.message}; "
+            "install it, or name another embedder (--embedder)"
+        ) from None
 
 
 def default_spec() -> EmbedderSpec:

@@ -35,7 +35,7 @@ from core.ingest.reconcile import (
     record_result,
     split_vectors,
 )
-from core.ledger import Claim, IndexKey, Intent, Ledger, ProviderRequestView
+from core.ledger import Claim, IndexKey, IndexView, Intent, Ledger, ProviderRequestView
 from core.states import REQUEST_RESULT_STATES, REQUEST_SENDABLE_STATES, RequestState
 from core.store import ObjectStore
 
@@ -114,6 +114,33 @@ def index_key_of(provider: Embedder | RemoteProvider) -> IndexKey:
         provider.dimensions,
         dict(options),
     )
+
+
+def embedder_for_index(index: IndexView) -> Embedder | RemoteProvider:
+    """An embedder made from an index's definition, to make that index's vectors.
+
+    Raises:
+        ProviderUnavailable: this process cannot make that kind of embedder (what
+            it needs is not installed): another worker may.
+    """
+    from core.errors import BadInput
+    from core.ingest.embedders import embedder_for, spec_of_index
+
+    try:
+        return embedder_for(spec_of_index(index))
+    except BadInput as exc:
+        raise ProviderUnavailable(f"index {index.name}: {exc.message}") from None
+
+
+def index_key_for_spec(spec: str) -> IndexKey:
+    """The index an embedder named on the command line makes vectors for.
+
+    Raises:
+        BadInput: not an embedder, or not one this process can make.
+    """
+    from core.ingest.embedders import EmbedderSpec, embedder_for
+
+    return index_key_of(embedder_for(EmbedderSpec.parse(spec)))
 
 
 def embedding_for(

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from core.errors import (
     LedgerUnreachable,
@@ -24,9 +23,11 @@ from core.errors import (
 from core.ingest.embedder import Embedder, ProviderUnavailable
 from core.ingest.embedding import (
     Deferred,
+    Embedding,
     NeedsReview,
     RequestFailed,
     TaskLost,
+    embedder_for_index,
     embedding_for,
     index_key_of,
 )
@@ -45,29 +46,28 @@ from core.ingest.parsing import (
     log_parser_warnings,
     run_parse,
 )
+from core.ingest.progress import Progress
 from core.ingest.providers import OutcomeUnknown, RemoteProvider
 from core.ingest.reconcile import describe
-from core.ledger import ChunkRecord, Claim, Ledger
+from core.ledger import ChunkRecord, Claim, IndexView, Ledger
 from core.ledger.queue import LOST
 from core.safe_text import neutralise
-from core.states import DocumentKind, ErrorCode, Stage
+from core.states import DocumentKind, DocumentStatus, ErrorCode, Stage
 from core.store import ObjectStore
 
 logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 64  # chunks per embedder call
+# Times a re-embedding task reads its version's chunks again when they changed while
+# it embedded them (a version rejected and processed again meanwhile).
+REEMBED_READS = 3
+# The versions a re-embedding task embeds: those search may serve, now or once approved.
+SERVABLE = (DocumentStatus.PUBLISHED, DocumentStatus.REVIEW_PENDING)
 KEY_ON_LOOP_MAX_BYTES = 1 << 20  # bytes; larger originals get their processing key on a thread
 ALWAYS_LOOK_UP_BYTES = 64 * 1024  # bytes; smaller originals look up only when shared
 # Each wait is a hand-back and a history line: long enough not to flood the history
 # while a big document is parsed, short next to the parse it saves.
 KEY_WAIT_S = 10.0  # seconds a task waits before looking again at a task making its result
-PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes
-# While nothing new is to be written (a long parse), a running task's row is still
-# written this often: the heartbeat that renews the lease is also how a worker learns
-# that its task was cancelled or reaped, so this is how long a cancelled task may keep
-# a parser busy. One single-row UPDATE a second per long task; tasks shorter than
-# PROGRESS_EVERY_S write nothing at all.
-HEARTBEAT_EVERY_S = 1.0  # seconds (never more than a third of the lease)
 # Originals up to this size are read (and hash-checked) on the event loop: ~30 us from
 # the local object store, less than the hop to a thread and back, which under GIL
 # contention from the embedder or ledger threads can wait milliseconds.
@@ -138,6 +138,8 @@ class Pipeline:
         # The index its vectors go into (the ledger makes it the first time it sees
         # this embedder, active if it had none).
         self.index = index_key_of(embedder)
+        # The calls that make other indexes' vectors (re-embedding tasks), by index id.
+        self._index_embeddings: dict[int, Embedding] = {}
 
     async def run(self, claim: Claim, say: Say = lambda _line: None) -> Outcome:
         """Execute one attempt. Never raises for a document's fault: every failure
@@ -251,6 +253,8 @@ class Pipeline:
                 )
 
     async def _run_stages(self, claim: Claim, progress: Progress, say: Say) -> Outcome:
+        if claim.index_id is not None:
+            return await self._reembed(claim, progress, say)
         ledger, opts = self.ledger, self.options
         # download (the claim set download 0/1; a worker's claim brings the document)
         document = claim.document or await ledger.reads.get_document(claim.document_id)
@@ -321,23 +325,7 @@ class Pipeline:
 
         # embedding, progress per batch (the reporter writes the latest of it)
         total = len(chunks)
-        progress.set(Stage.EMBEDDING, 0, total)
-        if self.embedding.may_wait and total:
-            # A remote call can outlast the coalescing (and the worker: a reap then
-            # records what the row says), so the stage is on the row before it starts.
-            await progress.write_now()
-        say(f"stage=embedding 0/{total}")
-        vectors: list[bytes] = []
-        for start in range(0, total, EMBED_BATCH):
-            progress.check()
-            batch = chunks[start : start + EMBED_BATCH]
-            call = self.embedding.vectors(claim, [c.text for c in batch])
-            # A cancel reaches a remote call within a heartbeat, not at its time-out;
-            # a local batch takes milliseconds and is checked between batches.
-            got = await (progress.unless_lost(call) if self.embedding.may_wait else call)
-            vectors.extend(got)
-            progress.set(Stage.EMBEDDING, len(vectors), total)
-            await asyncio.sleep(0)  # let the dashboard breathe between batches
+        vectors = await self._embed(claim, self.embedding, [c.text for c in chunks], progress, say)
 
         # indexing + finalizing in ONE fenced transaction: the document's chunks are
         # replaced and the task completes together, so a cancel lands either before
@@ -359,6 +347,111 @@ class Pipeline:
             raise TaskLost
         say(f"succeeded task={claim.task_id[:8]} chunks={total}")
         return Outcome(claim.task_id, "succeeded")
+
+    async def _embed(
+        self,
+        claim: Claim,
+        embedding: Embedding,
+        texts: Sequence[str],
+        progress: Progress,
+        say: Say,
+    ) -> list[bytes]:
+        """The vectors of ``texts``, a batch at a time, progress per batch (the reporter
+        writes the latest of it)."""
+        total = len(texts)
+        progress.set(Stage.EMBEDDING, 0, total)
+        if embedding.may_wait and total:
+            # A remote call can outlast the coalescing (and the worker: a reap then
+            # records what the row says), so the stage is on the row before it starts.
+            await progress.write_now()
+        say(f"stage=embedding 0/{total}")
+        vectors: list[bytes] = []
+        for start in range(0, total, EMBED_BATCH):
+            progress.check()
+            call = embedding.vectors(claim, texts[start : start + EMBED_BATCH])
+            # A cancel reaches a remote call within a heartbeat, not at its time-out;
+            # a local batch takes milliseconds and is checked between batches.
+            got = await (progress.unless_lost(call) if embedding.may_wait else call)
+            vectors.extend(got)
+            progress.set(Stage.EMBEDDING, len(vectors), total)
+            await asyncio.sleep(0)  # let the dashboard breathe between batches
+        return vectors
+
+    async def _reembed(self, claim: Claim, progress: Progress, say: Say) -> Outcome:
+        """A re-embedding task: the version's stored chunks embedded into the task's
+        index (only the embedding stage runs: no download, no parse), written with the
+        task's success in one transaction. The version itself is never changed."""
+        assert claim.index_id is not None
+        try:
+            index = await self.ledger.indexes.get(claim.index_id)
+        except NotFound:
+            return await self._fail(
+                claim,
+                ErrorCode.INDEX_NOT_FOUND,
+                f"index {claim.index_id} was dropped",
+                progress=progress,
+                say=say,
+            )
+        embedding = self.index_embedding(index)
+        for _ in range(REEMBED_READS):
+            try:
+                document = await self.ledger.reads.get_document(claim.document_id)
+            except NotFound:
+                document = None
+            if document is None or document.status not in SERVABLE:
+                # Deleted, rejected or withdrawn since it was queued: nothing to embed,
+                # and nothing of the version is touched.
+                found = "gone" if document is None else document.status.value
+                say(f"version is {found}: nothing to embed into index {index.name}")
+                records = []
+            else:
+                records = await self.ledger.reads.chunk_records(claim.document_id)
+            texts = [r.text for r in records]
+            vectors = await self._embed(claim, embedding, texts, progress, say)
+            progress.set(Stage.INDEXING, len(vectors), len(vectors))
+            progress.check()
+            by_ordinal = {r.ordinal: v for r, v in zip(records, vectors, strict=True)}
+            answer = await self.ledger.queue.finish_reembedding(claim, by_ordinal)
+            if answer == LOST:
+                raise TaskLost
+            if answer == "succeeded":
+                say(
+                    f"succeeded task={claim.task_id[:8]} chunks={len(vectors)} "
+                    f"into index {index.name}"
+                )
+                return Outcome(claim.task_id, "succeeded")
+            say("the version's chunks changed while they were embedded; reading them again")
+        return await self._fail(
+            claim,
+            ErrorCode.INTERNAL_ERROR,
+            "the version's chunks kept changing while they were embedded",
+            progress=progress,
+            say=say,
+        )
+
+    def index_embedding(self, index: IndexView) -> Embedding:
+        """The calls that make ``index``'s vectors: this pipeline's own embedder when it
+        is that index's, else one made from the index's definition (and checked to be
+        the same model, version and dimensions).
+
+        Raises:
+            ProviderUnavailable: this worker cannot make that index's vectors (another
+                version of its model is installed, or its kind needs what is missing):
+                transient, so another worker may take the task.
+        """
+        if index.key == self.index:
+            return self.embedding
+        made = self._index_embeddings.get(index.id)
+        if made is None:
+            embedder = embedder_for_index(index)
+            if index_key_of(embedder) != index.key:
+                raise ProviderUnavailable(
+                    f"this worker cannot make the vectors of index {index.name}: it has "
+                    f"{embedder.name} {embedder.version}, the index is {index.version}"
+                )
+            made = embedding_for(embedder, self.ledger, self.store)
+            self._index_embeddings[index.id] = made
+        return made
 
     async def _reuse_or_wait(
         self, claim: Claim, progress: Progress, options: dict[str, str], say: Say
@@ -456,130 +549,6 @@ class Pipeline:
         if isinstance(outcome, ParseFailure):
             raise outcome
         return outcome
-
-
-class Progress:
-    """A task's progress, coalesced.
-
-    The pipeline reports every step in memory; :meth:`report` writes the latest
-    one at most every PROGRESS_EVERY_S (renewing the lease in the same statement)
-    and heartbeats in between, at least every HEARTBEAT_EVERY_S, so a document that
-    takes milliseconds costs no progress writes at all, a long one shows movement
-    within half a second, and a cancel reaches it within about a second.
-
-    What an attempt reached is never lost at its end: a failure or a hand-back
-    writes the latest stage and progress with it (see WorkQueue.fail). A worker that
-    vanishes leaves what was last written, which the reaper records; so a stage
-    whose work leaves this process for something that can take long and outlive
-    the worker — a remote provider's call — is written as it starts
-    (:meth:`write_now`), not held back by the coalescing. In-process stages take
-    milliseconds: a write each (~0.4 ms of worker CPU, 13% of a small document's
-    time per write) would buy a right stage only for a worker killed inside those
-    milliseconds. A parse in a parser process is not written early either: for
-    light PDFs the worker's CPU sets the pace (see the README), and a parse that
-    takes long is on the row within PROGRESS_EVERY_S.
-    """
-
-    def __init__(self, ledger: Ledger, claim: Claim) -> None:
-        self.ledger = ledger
-        self.claim = claim
-        self.latest: tuple[Stage, int, int] | None = None
-        self.options: Mapping[str, str] | None = None
-        self.lost = False
-        self._written: tuple[Stage, int, int] | None = None
-        self._abandon: asyncio.Future[Any] | None = None  # cancelled when the task is lost
-        # One write at a time, so a write of an older step never lands after a newer.
-        self._writing = asyncio.Lock()
-
-    def set(
-        self, stage: Stage, completed: int, total: int, *, options: Mapping[str, str] | None = None
-    ) -> None:
-        self.latest = (stage, completed, total)
-        if options is not None:
-            self.options = options
-
-    def check(self) -> None:
-        """Raise TaskLost if a write found the task taken away (cancelled, reaped)."""
-        if self.lost:
-            raise TaskLost
-
-    async def unless_lost(self, work: Coroutine[Any, Any, T]) -> T:
-        """Await ``work``, cancelling it as soon as a write finds the task taken away.
-
-        Raises:
-            TaskLost: The task was lost before or while ``work`` ran; ``work`` has been
-                cancelled (for a parse: its parser process killed).
-        """
-        if self.lost:
-            work.close()
-            raise TaskLost
-        running = asyncio.ensure_future(work)
-        self._abandon = running
-        try:
-            return await running
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            # Ours only if nobody is cancelling this task as well (a worker shutting
-            # down must still see its CancelledError).
-            if self.lost and running.cancelled() and not (current and current.cancelling()):
-                raise TaskLost from None
-            raise
-        finally:
-            self._abandon = None
-
-    def _lose(self) -> None:
-        self.lost = True
-        if self._abandon is not None:
-            self._abandon.cancel()
-
-    async def write_now(self) -> None:
-        """Write the latest step at once (with the options not written yet); a write
-        finding the task taken away marks it lost (see :meth:`check`)."""
-        if not await self._write():
-            self._lose()
-
-    async def _write(self) -> bool:
-        """Write the latest step if it is not on the row yet; whether the task is
-        still held (True when there was nothing to write)."""
-        async with self._writing:
-            latest = self.latest
-            if latest is None or latest == self._written:
-                return True
-            # The options are dropped only once written: a write the ledger never
-            # received (an outage) must send them again.
-            held = await self.ledger.queue.report_progress(
-                self.claim, *latest, options=self.options
-            )
-            self._written, self.options = latest, None
-            return held
-
-    async def report(self) -> None:
-        """Write progress and heartbeats until the task is lost (run as a side task,
-        cancelled when the attempt ends); on a write answering False, mark the task
-        lost and cancel the work handed to :meth:`unless_lost`."""
-        lease_part = self.claim.lease_s / 3
-        interval = min(PROGRESS_EVERY_S, lease_part)
-        # Half an interval early still counts: sleeps end a little off, and a heartbeat
-        # due just after a tick would otherwise wait a whole interval more.
-        heartbeat_after = min(HEARTBEAT_EVERY_S, lease_part) - interval / 2
-        last_write = time.monotonic()
-        while not self.lost:
-            await asyncio.sleep(interval)
-            try:
-                if self.latest is not None and self.latest != self._written:
-                    held = await self._write()
-                elif time.monotonic() - last_write >= heartbeat_after:
-                    held = await self.ledger.queue.heartbeat(self.claim)
-                else:
-                    continue
-            except LedgerUnreachable:
-                # The ledger is away (the worker says so, once): try again next tick,
-                # so the lease is renewed as soon as it is back. If it stays away past
-                # the lease, the reaper takes the task and the fence stops this attempt.
-                continue
-            last_write = time.monotonic()
-            if not held:
-                self._lose()
 
 
 def _disk_full_detail(exc: BaseException) -> str:

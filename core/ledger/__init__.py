@@ -12,6 +12,8 @@ PostgreSQL database, as a package of roles over one schema.
 * ``ledger.reads`` — lists, the revision feed, counts, history, chunks, search
   (:mod:`core.ledger.reads`);
 * ``ledger.indexes`` — vector indexes and their vectors (:mod:`core.ledger.indexes`);
+* ``ledger.campaigns`` — an operator's index actions: create (a re-embedding
+  campaign), resume, cancel, activate, drop (:mod:`core.ledger.campaigns`);
 * ``ledger.registry`` — workers seen in the ledger (:mod:`core.ledger.registry`);
 * ``ledger.tokens`` — API tokens and their roles (:mod:`core.ledger.tokens`);
 * ``ledger.idempotency`` — clients' idempotency keys (:mod:`core.ledger.idempotency`);
@@ -39,6 +41,7 @@ from sqlalchemy.engine import Connection
 from core.config import Settings
 from core.errors import IngestDeskError
 from core.ledger.actions import Operator
+from core.ledger.campaigns import CampaignProgress, Campaigns
 from core.ledger.hybrid import Searcher
 from core.ledger.idempotency import IdempotencyKeys, Once
 from core.ledger.indexes import Indexes, IndexKey, IndexRevision, IndexView
@@ -104,6 +107,7 @@ class Ledger:
         self.indexes = Indexes(transactions, clock)
         # Search answers from the active index's vectors (core.ledger.hybrid).
         self.reads.searcher = Searcher(transactions, self.indexes)
+        self.campaigns = Campaigns(transactions, settings, clock, ids)
         self.tokens = TokenRegistry(transactions, clock, ids)
         self.idempotency = IdempotencyKeys(transactions, clock)
         self.providers = ProviderLedger(transactions, clock)
@@ -189,6 +193,8 @@ class Ledger:
 
 __all__ = [
     "BulkResult",
+    "CampaignProgress",
+    "Campaigns",
     "ChunkRecord",
     "ChunkView",
     "Claim",

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import Row, insert, select, text, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.engine import Connection
 
 from core.config import Settings
@@ -26,6 +26,7 @@ from core.ledger import idempotency, rows, version_reads
 from core.ledger.idempotency import Once
 from core.ledger.pages import drop_pages
 from core.ledger.reads import Reads
+from core.ledger.requeue import requeue_failed
 from core.ledger.schema import CANCELLABLE_SQL, DOCUMENT_EVENTS, DOCUMENTS, OUTBOX, TASKS
 from core.ledger.statements import TASK_COLUMNS, drop_chunks, next_revision, wake_waiters_of
 from core.ledger.transactions import Transactions
@@ -366,12 +367,15 @@ class Operator:
             if row.previous_status == TaskStatus.RUNNING.value:
                 # Its twins and the tasks waiting on a request it sent go on now.
                 wake_waiters_of(conn, resolved, row.attempt, row.processing_key, now)
-            rows.move_document(
-                conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT, at=now
-            )
-            # A draft never keeps a half-built index from the abandoned run.
-            drop_chunks(conn, row.document_id)
-            drop_pages(conn, [row.document_id])
+            if row.index_id is None:
+                rows.move_document(
+                    conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT, at=now
+                )
+                # A draft never keeps a half-built index from the abandoned run.
+                drop_chunks(conn, row.document_id)
+                drop_pages(conn, [row.document_id])
+            # (A re-embedding task's version keeps its status, chunks and vectors: its
+            # vectors in the campaign's index are written only when it succeeds.)
             rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
             return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))
 
@@ -434,6 +438,8 @@ class Operator:
         documents: dict[str, DocumentStatus | None] = {}
 
         def document_failed(t: TaskView) -> bool:
+            if t.index_id is not None:  # re-embedding: the version only has to be there
+                return documents.get(t.document_id) is not None
             return documents.get(t.document_id) is DocumentStatus.FAILED
 
         def why(t: TaskView) -> str:
@@ -520,70 +526,3 @@ def history_reason(reason: str | None) -> str | None:
     if reason is None:
         return None
     return neutralise(reason).strip()[:REASON_MAX] or None
-
-
-def _why_not_retry(conn: Connection, task: Row[object]) -> str:
-    short = task.id[:8]
-    if task.status == TaskStatus.CANCELLED.value:
-        return f"task {short} was cancelled; submit the document again instead of retrying"
-    if task.status != TaskStatus.FAILED.value:
-        return f"task {short} is {task.status}; only failed tasks can be retried"
-    doc = conn.execute(select(DOCUMENTS.c.status).where(DOCUMENTS.c.id == task.document_id)).first()
-    if doc is None:
-        return f"task {short}'s document no longer exists; upload it again"
-    return f"task {short}'s document is {doc.status}, not failed; it cannot be retried"
-
-
-def requeue_failed(
-    conn: Connection,
-    task_id: str,
-    *,
-    now: float,
-    max_attempts: int,
-    actor: str,
-    reason: str | None,
-) -> TaskView:
-    """Requeue a failed task (same row) whose document is failed too, in the
-    caller's transaction: a person decided to try again.
-
-    Raises:
-        Conflict: The task is not failed (the rule that refused it is named).
-    """
-    doc_failed = (
-        select(DOCUMENTS.c.id)
-        .where(DOCUMENTS.c.id == TASKS.c.document_id)
-        .where(DOCUMENTS.c.status == DocumentStatus.FAILED.value)
-        .exists()
-    )
-    row = conn.execute(
-        update(TASKS)
-        .where(TASKS.c.id == task_id)
-        .where(TASKS.c.status == TaskStatus.FAILED.value)
-        .where(doc_failed)
-        .values(
-            status=TaskStatus.QUEUED.value,
-            # A human decided to try again: the automatic retry budget starts
-            # afresh from the attempt the task has reached.
-            max_attempts=TASKS.c.attempt + max_attempts,
-            previous_status=TASKS.c.status,
-            stage=Stage.DOWNLOAD.value,
-            completed=0,
-            total=1,
-            error_code=None,
-            error_detail=None,
-            worker_id=None,
-            lease_expires_at=None,
-            next_attempt_at=now,
-            progress_at=None,
-            updated_at=now,
-            revision=next_revision(),
-        )
-        .returning(*TASK_COLUMNS, TASKS.c.previous_status)
-    ).first()
-    if row is None:
-        raise Conflict(_why_not_retry(conn, rows.task_row(conn, task_id)))
-    rows.move_document(
-        conn, row.document_id, DocumentStatus.FAILED, DocumentStatus.PROCESSING, at=now
-    )
-    rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
-    return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from core.errors import NotFound
@@ -50,13 +48,18 @@ class IndexKey:
     dimensions: int
     options: Mapping[str, str] = field(default_factory=dict)
 
+    def __hash__(self) -> int:  # options is a dict: hashed by its canonical text
+        return hash((self.embedder, self.model, self.version, self.dimensions, self.options_json()))
+
     def options_json(self) -> str:
         return json.dumps(dict(self.options), sort_keys=True, separators=(",", ":"))
 
     def default_name(self) -> str:
         """``wordllama-256``, ``openai-text-embedding-3-small-1536``: readable, and
         unique enough that a clash only adds a suffix."""
-        parts = [self.embedder, self.model, str(self.dimensions)]
+        # A local kind has one model (core.ingest.embedders): its name says enough.
+        model = "" if self.embedder in {"hashed", "wordllama"} else self.model
+        parts = [self.embedder, model, str(self.dimensions)]
         return "-".join(p for p in parts if p).replace("/", "-")[:120]
 
 
@@ -107,7 +110,7 @@ class IndexRevision:
     last_vector_id: int
 
 
-def _view(row: Any, vectors: int = 0) -> IndexView:
+def index_view(row: Any, vectors: int = 0) -> IndexView:
     return IndexView(
         id=row.id,
         name=row.name,
@@ -130,7 +133,7 @@ def _counts(conn: Connection) -> dict[int, int]:
     return {index_id: n for index_id, n in rows}
 
 
-def _find(conn: Connection, name_or_id: str | int) -> Any:
+def index_row(conn: Connection, name_or_id: str | int) -> Any:
     if isinstance(name_or_id, int) or str(name_or_id).isdigit():
         row = conn.execute(select(INDEXES).where(I.id == int(name_or_id))).first()
         if row is not None:
@@ -144,7 +147,7 @@ def _find(conn: Connection, name_or_id: str | int) -> Any:
 def active_index(conn: Connection) -> IndexView | None:
     """The index search answers from, read in the caller's transaction."""
     row = conn.execute(select(INDEXES).where(I.state == IndexState.ACTIVE.value)).first()
-    return None if row is None else _view(row)
+    return None if row is None else index_view(row)
 
 
 def note_vectors_deleted(conn: Connection, chunk_ids_sql: Any) -> None:
@@ -232,8 +235,16 @@ def ensure_index(conn: Connection, key: IndexKey, now: float, *, name: str | Non
             "built_at": now if first else None,
             "activated_at": now if first else None,
         }
-        dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-        conn.execute(dialect_insert(INDEXES).values(**values).on_conflict_do_nothing())
+        # Each dialect's own INSERT ... ON CONFLICT, imported where used: a SQLite
+        # worker never loads the PostgreSQL dialect (tests/test_structure.py).
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            conn.execute(pg_insert(INDEXES).values(**values).on_conflict_do_nothing())
+        else:
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            conn.execute(sqlite_insert(INDEXES).values(**values).on_conflict_do_nothing())
     found = find_index(conn, key)
     if found is None:
         raise RuntimeError(f"could not make an index for {key.default_name()}")
@@ -253,7 +264,7 @@ class Indexes:
         def tx(conn: Connection) -> list[IndexView]:
             counts = _counts(conn)
             rows = conn.execute(select(INDEXES).order_by(I.id))
-            return [_view(r, counts.get(r.id, 0)) for r in rows]
+            return [index_view(r, counts.get(r.id, 0)) for r in rows]
 
         return await self._tx.read(tx)
 
@@ -262,9 +273,9 @@ class Indexes:
         NotFound: no index has that name or id."""
 
         def tx(conn: Connection) -> IndexView:
-            row = _find(conn, name_or_id)
+            row = index_row(conn, name_or_id)
             n = conn.execute(select(func.count()).where(V.index_id == row.id)).scalar_one()
-            return _view(row, n)
+            return index_view(row, n)
 
         return await self._tx.read(tx)
 
@@ -278,7 +289,7 @@ class Indexes:
 
         def tx(conn: Connection) -> IndexView:
             index_id = ensure_index(conn, key, self.clock(), name=name)
-            return _view(_find(conn, index_id))
+            return index_view(index_row(conn, index_id))
 
         return await self._tx.write(tx)
 

@@ -39,7 +39,7 @@ from sqlalchemy.engine import Connection
 
 from core.errors import Conflict
 from core.ledger import rows
-from core.ledger.actions import requeue_failed
+from core.ledger.requeue import requeue_failed
 from core.ledger.schema import DOCUMENTS, EVENTS, PROVIDER_REQUESTS, TASKS
 from core.ledger.statements import HELD, held_params, next_revision, wake_waiters
 from core.ledger.transactions import Transactions

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, Conflict
 from core.ledger import rows
-from core.ledger.actions import REASON_MAX, requeue_failed
+from core.ledger.actions import REASON_MAX
 from core.ledger.provider_requests import (
     DECIDABLE,
     R,
@@ -23,6 +23,7 @@ from core.ledger.provider_requests import (
     requests_waited_on,
     waiting_on,
 )
+from core.ledger.requeue import requeue_failed
 from core.ledger.schema import PROVIDER_REQUESTS, TASKS
 from core.ledger.statements import TASK_COLUMNS, next_revision
 from core.ledger.transactions import Transactions

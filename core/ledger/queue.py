@@ -11,24 +11,26 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, case, literal, text, update
+from sqlalchemy import Row, update
 from sqlalchemy.engine import Connection
 
 from core.config import Settings
 from core.errors import ERROR_DETAIL_MAX, BadInput, ClaimBug
-from core.ledger import rows
-from core.ledger.indexes import IndexKey, ensure_index, insert_vectors
+from core.ledger import campaigns, rows
+from core.ledger.chunk_writes import replace_chunks
+from core.ledger.indexes import IndexKey, ensure_index
 from core.ledger.pages import PageLike, drop_pages, replace_pages
 from core.ledger.provider_requests import (
     request_goes_on,
     request_in_flight,
     waiting_reason,
 )
-from core.ledger.schema import DOCUMENTS, RUNNING_SQL, TASKS
+from core.ledger.schema import DOCUMENTS, TASKS
 from core.ledger.statements import (
     CLAIM_NEXT,
     CLAIM_NEXT_SKIP_LOCKED,
@@ -39,8 +41,6 @@ from core.ledger.statements import (
     HEARTBEAT,
     HELD,
     HOLD_KEY,
-    INDEX_CHUNKS,
-    INSERT_CHUNKS,
     PROGRESS,
     PROGRESS_WITH_OPTIONS,
     REUSABLE_RESULT,
@@ -48,6 +48,7 @@ from core.ledger.statements import (
     drop_chunks,
     held_params,
     next_revision,
+    reap_statement,
     wake_waiters,
     wake_waiters_of,
 )
@@ -57,6 +58,12 @@ from core.safe_text import check_identifier
 from core.states import ERRORS, DocumentStatus, ErrorCode, Stage, TaskStatus
 
 REAPER_ACTOR = "reaper"
+
+
+def _new_task_id() -> str:
+    return uuid.uuid4().hex
+
+
 LOST = "lost"  # hold_key's answer when the worker no longer holds its task
 
 # The stage an attempt reached and its progress in it: (stage, completed, total).
@@ -80,7 +87,7 @@ def _options_json(options: Mapping[str, Any] | None) -> str | None:
 
 def _reached(progress: StageProgress | None, options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The columns an attempt's end writes of what it reached: progress is coalesced
-    (see core.ingest.pipeline.Progress), so the row may lag behind the attempt, and
+    (see core.ingest.progress.Progress), so the row may lag behind the attempt, and
     a failure or hand-back must not keep an earlier stage's numbers (a failure in
     embedding 0/9 showed ``embedding 0/1``, the claim's download total)."""
     values: dict[str, Any] = {}
@@ -250,6 +257,8 @@ class WorkQueue:
         Fenced on the claim, so a cancel lands wholly before (nothing written) or
         after (it deletes the chunks and pages). False, with nothing written, if the
         worker lost the task."""
+        if claim.index_id is not None:
+            raise ValueError("a re-embedding task finishes with finish_reembedding()")
         now = self.clock()
         params = held_params(claim) | {
             "p_now": now,
@@ -264,7 +273,17 @@ class WorkQueue:
                 return False
             wake_waiters(conn, found[0].processing_key, now, ended=claim.task_id)
             index_id = None if index is None else ensure_index(conn, index, now)
-            _replace_chunks(conn, claim.document_id, chunks, index_id)
+            replace_chunks(conn, claim.document_id, chunks, index_id)
+            if chunks:  # the other indexes kept current get their re-embedding tasks
+                campaigns.keep_current(
+                    conn,
+                    claim.document_id,
+                    index_id,
+                    now=now,
+                    max_attempts=self.settings.max_attempts,
+                    new_id=_new_task_id,
+                    actor=claim.worker_id,
+                )
             replace_pages(conn, claim.document_id, readings)
             rows.move_document(
                 conn,
@@ -277,6 +296,34 @@ class WorkQueue:
             return True
 
         return await self._tx.write(tx)
+
+    async def finish_reembedding(self, claim: Claim, vectors: Mapping[int, bytes]) -> str:
+        """A re-embedding task's end: its version's vectors (by chunk ordinal) into the
+        task's index and the task succeeded, in ONE fenced transaction; the version's
+        status, chunks and other vectors untouched. The index is ready once nothing
+        of its campaign is left.
+
+        Answers "succeeded", "lost" (the worker no longer holds the task: nothing
+        written) or "changed" (the version's chunks are not those the vectors were
+        made from, or the version is gone: nothing written; the caller reads again)."""
+        if claim.index_id is None:
+            raise ValueError("an ingestion task finishes with finish()")
+        index_id = claim.index_id
+        now = self.clock()
+        params = held_params(claim) | {
+            "p_now": now,
+            "p_total": len(vectors),
+            "p_options": None,
+            "p_key": None,
+        }
+
+        def tx(conn: Connection) -> str:
+            return campaigns.finish_in(conn, claim, index_id, vectors, params, now)
+
+        try:
+            return await self._tx.write(tx)
+        except campaigns.ChunksChanged:
+            return "changed"
 
     async def fail(
         self,
@@ -343,10 +390,12 @@ class WorkQueue:
             if waits_for_request is not None:
                 wake_waiters(conn, waits_for_request, now, ended=claim.task_id)
             # An unfinished attempt leaves no chunks (ledgers written before finish()
-            # wrote chunks in a separate transaction could hold some).
-            drop_chunks(conn, claim.document_id)
-            drop_pages(conn, [claim.document_id])
-            if not retry:
+            # wrote chunks in a separate transaction could hold some). A re-embedding
+            # task wrote nothing, and its version is not its to change.
+            if claim.index_id is None:
+                drop_chunks(conn, claim.document_id)
+                drop_pages(conn, [claim.document_id])
+            if not retry and claim.index_id is None:
                 rows.move_document(
                     conn,
                     claim.document_id,
@@ -482,34 +531,20 @@ class WorkQueue:
         """Take back tasks whose lease expired (their worker vanished): retry_wait
         while attempts remain, else failed with lease_expired."""
         now = self.clock()
-        exhausted = TASKS.c.attempt >= TASKS.c.max_attempts
-        statement = (
-            update(TASKS)
-            .where(text(RUNNING_SQL))
-            .where(TASKS.c.lease_expires_at < now)
-            .values(
-                status=case(
-                    (exhausted, literal(TaskStatus.FAILED.value)),
-                    else_=literal(TaskStatus.RETRY_WAIT.value),
-                ),
-                previous_status=TASKS.c.status,
-                error_code=ErrorCode.LEASE_EXPIRED.value,
-                error_detail="lease expired",
-                next_attempt_at=case((exhausted, None), else_=literal(now)),
-                lease_expires_at=None,
-                updated_at=now,
-                revision=next_revision(),
-            )
-            .returning(*EVENT_SOURCE_COLUMNS, TASKS.c.document_id, TASKS.c.processing_key)
-        )
+        statement = reap_statement(now)
 
         def tx(conn: Connection) -> list[Reaped]:
             found: Sequence[Row[Any]] = conn.execute(statement).all()
             for r in found:  # a vanished worker's unfinished attempt leaves no chunks
-                drop_chunks(conn, r.document_id)
-                drop_pages(conn, [r.document_id])
+                if r.index_id is None:  # (a re-embedding attempt wrote none)
+                    drop_chunks(conn, r.document_id)
+                    drop_pages(conn, [r.document_id])
                 wake_waiters_of(conn, r.id, r.attempt, r.processing_key, now)
-            failed_docs = [r.document_id for r in found if r.status == TaskStatus.FAILED.value]
+            failed_docs = [
+                r.document_id
+                for r in found
+                if r.status == TaskStatus.FAILED.value and r.index_id is None
+            ]
             if failed_docs:
                 conn.execute(
                     update(DOCUMENTS)
@@ -543,37 +578,3 @@ def _holder(conn: Connection, params: Mapping[str, Any]) -> str:
     this worker no longer holds its task)."""
     holder = FIND_KEY_HOLDER.rows(conn, params)
     return str(holder[0].id) if holder else LOST
-
-
-def _replace_chunks(
-    conn: Connection, document_id: str, chunks: Sequence[ChunkRecord], index_id: int | None
-) -> None:
-    """The document's chunks, replaced, with their vectors in index ``index_id``, and
-    (on SQLite) added to the search index in the same transaction (PostgreSQL's index
-    is a generated column)."""
-    vectors = [(c.ordinal, c.embedding) for c in chunks if c.embedding is not None]
-    if vectors and index_id is None:
-        # A vector that names no index could be compared with another model's.
-        raise ValueError("chunks with vectors need the index they belong to")
-    drop_chunks(conn, document_id)
-    if chunks:
-        INSERT_CHUNKS.many(
-            conn,
-            [
-                {
-                    "document_id": document_id,
-                    "ordinal": c.ordinal,
-                    "text": c.text,
-                    "page": c.page,
-                    "char_start": c.char_start,
-                    "char_end": c.char_end,
-                    "location": c.location,
-                }
-                for c in chunks
-            ],
-        )
-        if conn.dialect.name == "sqlite":
-            INDEX_CHUNKS.rowcount(conn, {"p_document_id": document_id})
-        if vectors:
-            assert index_id is not None
-            insert_vectors(conn, index_id, document_id, vectors)

@@ -122,6 +122,10 @@ TASKS = Table(
     Column("updated_at", Float, nullable=False),
     # Ledger-wide, monotonically increasing: "what changed since revision R".
     Column("revision", Integer, index=True, nullable=False),
+    # NULL for an ingestion task. A re-embedding task (an index's campaign) embeds the
+    # version's stored chunks into this index and touches nothing else: not the
+    # document's status, not its chunks, whatever becomes of the task.
+    Column("index_id", Integer, nullable=True),
     # Partial indexes: PostgreSQL's spelling of the WHERE term is added by
     # with_postgresql_options(), not here (see there why).
     Index(
@@ -138,6 +142,8 @@ TASKS = Table(
     # error_code leads: an index led by status tempts SQLite's planner away from
     # ix_tasks_claimable into sorting every claimable task for each claim.
     Index("ix_tasks_error_status", "error_code", "status"),
+    # A campaign's progress: its tasks by status.
+    Index("ix_tasks_index_status", "index_id", "status"),
     Index("ix_tasks_created", "created_at", "id"),
     # "Is this result already made, or being made?": by key, then status.
     Index("ix_tasks_processing_key", "processing_key", "status"),

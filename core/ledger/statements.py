@@ -13,9 +13,11 @@ from typing import Any
 from sqlalchemy import (
     ScalarSelect,
     bindparam,
+    case,
     delete,
     func,
     insert,
+    literal,
     or_,
     select,
     text,
@@ -32,10 +34,11 @@ from core.ledger.schema import (
     EVENTS,
     INDEXES,
     PROVIDER_REQUESTS,
+    RUNNING_SQL,
     TASKS,
 )
 from core.ledger.views import Claim
-from core.states import DocumentStatus, RequestState, Stage, TaskStatus
+from core.states import DocumentStatus, ErrorCode, RequestState, Stage, TaskStatus
 
 
 def next_revision() -> ScalarSelect[Any]:
@@ -78,6 +81,7 @@ TASK_COLUMNS = (
     TASKS.c.updated_at,
     TASKS.c.revision,
     TASKS.c.options,
+    TASKS.c.index_id,
 )
 
 # The fence: the row is still running, at the attempt this worker claimed, by it.
@@ -106,6 +110,7 @@ _CLAIM_RETURNING = (
     TASKS.c.stage,
     TASKS.c.error_code,
     TASKS.c.created_at,
+    TASKS.c.index_id,
 )
 _CLAIM_SET = update(TASKS).values(
     status=TaskStatus.RUNNING.value,
@@ -354,3 +359,33 @@ INDEX_CHUNKS = Prepared(
 INSERT_EVENTS = Prepared(
     insert(EVENTS).values({c.name: bindparam(c.name) for c in EVENTS.c if c.name != "id"})
 )
+
+
+def reap_statement(now: float) -> Any:
+    """Tasks whose lease ended before ``now`` (their worker vanished): retry_wait while
+    attempts remain, else failed with lease_expired (see WorkQueue.reap)."""
+    exhausted = TASKS.c.attempt >= TASKS.c.max_attempts
+    return (
+        update(TASKS)
+        .where(text(RUNNING_SQL))
+        .where(TASKS.c.lease_expires_at < now)
+        .values(
+            status=case(
+                (exhausted, literal(TaskStatus.FAILED.value)),
+                else_=literal(TaskStatus.RETRY_WAIT.value),
+            ),
+            previous_status=TASKS.c.status,
+            error_code=ErrorCode.LEASE_EXPIRED.value,
+            error_detail="lease expired",
+            next_attempt_at=case((exhausted, None), else_=literal(now)),
+            lease_expires_at=None,
+            updated_at=now,
+            revision=next_revision(),
+        )
+        .returning(
+            *EVENT_SOURCE_COLUMNS,
+            TASKS.c.document_id,
+            TASKS.c.processing_key,
+            TASKS.c.index_id,
+        )
+    )

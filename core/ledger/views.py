@@ -83,6 +83,8 @@ class TaskView(_View):
     updated_at: float = 0.0
     revision: int = 0
     options: Mapping[str, Any] = field(default_factory=dict)
+    # The index a re-embedding task embeds into; None for an ingestion task.
+    index_id: int | None = None
 
     @property
     def short_id(self) -> str:
@@ -131,6 +133,7 @@ class TaskView(_View):
             updated_at=m["updated_at"],
             revision=m["revision"],
             options=json.loads(m["options"] or "{}"),
+            index_id=m.get("index_id"),
         )
 
 
@@ -189,6 +192,8 @@ class Claim:
     # Whether another document version holds the same bytes, read with the document:
     # only then can a result to reuse, or a twin making it, exist. True when unknown.
     content_shared: bool = True
+    # The index a re-embedding task embeds into; None for an ingestion task.
+    index_id: int | None = None
 
     @classmethod
     def from_row(
@@ -213,6 +218,7 @@ class Claim:
             content_shared=(
                 shared_contents is None or document is None or document.sha256 in shared_contents
             ),
+            index_id=getattr(row, "index_id", None),
         )
 
 

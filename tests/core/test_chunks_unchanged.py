@@ -85,6 +85,10 @@ def test_a_worker_process_stores_the_same_chunks_and_vectors(
         settings,
         "worker",
         "--until-idle",
+        # The golden vectors are the hashed bag of words' (a fresh ledger's default
+        # is the wordllama model, tested in test_wordllama).
+        "--embedder",
+        "hashed",
         "--parser",
         parser,
         "--chunk-size",

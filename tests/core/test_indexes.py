@@ -111,7 +111,7 @@ async def test_a_worker_writes_its_embedders_vectors_into_its_index(ledger: Ledg
 
 
 def _ledger_at_0013(path: Path, tmp_path: Path) -> None:
-    """A ledger as 0013 left it: made at the head, 0014's changes taken back."""
+    """A ledger as 0013 left it: made at the head, 0015's and 0014's changes taken back."""
 
     async def made() -> None:
         settings = Settings(db_url=f"sqlite:///{path}", store_root=tmp_path / "o")
@@ -120,6 +120,8 @@ def _ledger_at_0013(path: Path, tmp_path: Path) -> None:
 
     asyncio.run(made())
     with sqlite3.connect(path) as raw:
+        raw.execute("DROP INDEX ix_tasks_index_status")  # 0015 undone
+        raw.execute("ALTER TABLE ingestion_tasks DROP COLUMN index_id")
         raw.execute("DROP TABLE chunk_vectors")
         raw.execute("DROP TABLE indexes")
         raw.execute("ALTER TABLE chunks ADD COLUMN embedding BLOB")

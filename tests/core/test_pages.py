@@ -409,6 +409,8 @@ async def test_a_ledger_from_before_pages_were_recorded_gains_the_table(tmp_path
         old = await finished(ledger, [])
     with sqlite3.connect(tmp_path / "l.db") as raw:  # the ledger as 0012 left it
         raw.execute("DROP TABLE document_pages")
+        raw.execute("DROP INDEX ix_tasks_index_status")  # 0015 undone
+        raw.execute("ALTER TABLE ingestion_tasks DROP COLUMN index_id")
         raw.execute("DROP TABLE chunk_vectors")  # and as 0014 found it
         raw.execute("DROP TABLE indexes")
         raw.execute("ALTER TABLE chunks ADD COLUMN embedding BLOB")
