@@ -141,7 +141,7 @@ def fill(db: Path, chunks: int) -> float:
         conn.execute(
             "INSERT INTO indexes (id, name, embedder, model, version, dimensions, options,"
             " state, deletions, created_at, built_at, activated_at)"
-            " VALUES (1, 'wordllama-l2_supercat-256', 'wordllama', 'l2_supercat', 'bench', ?,"
+            " VALUES (1, 'wordllama-256', 'wordllama', 'l2_supercat', 'bench', ?,"
             " '{}', 'active', 0,"
             " ?, ?, ?)",
             (DIMENSIONS, now, now, now),

@@ -291,7 +291,7 @@ async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
     ]
     if answer.notice:
         write_line(f"ingestdesk: {visible(answer.notice)}", sys.stderr)
-    if answer.index:
+    if answer.index and hits:
         lines.insert(0, f"mode={answer.mode} index={answer.index} vectors: {answer.path}")
     out.emit(
         [h.to_dict() for h in hits],

@@ -70,11 +70,17 @@ def test_a_server_answers_vectors_written_by_worker_processes_after_it_started(a
 def test_the_default_mode_and_a_bad_one(api: Api) -> None:
     with api.client() as client, api.client("publisher") as publisher:
         ingested(api, client, publisher, TARIFFS, "tariffs.md")
-        # The worker's default embedder is the hashed bag of words: keyword search.
+        # The worker's default embedder is a real model (wordllama): hybrid search.
         answer = search(client, "harbour")
-        assert answer.headers["X-Search-Mode"] == "keyword"
-        assert "X-Search-Index" not in answer.headers and "X-Search-Notice" not in answer.headers
-        assert [h["mode"] for h in answer.json()] == ["keyword"]
+        assert answer.headers["X-Search-Mode"] == "hybrid"
+        assert answer.headers["X-Search-Index"] == answer.json()[0]["index"] != ""
+        assert "X-Search-Notice" not in answer.headers
+        assert [(h["mode"], h["keyword_rank"], h["vector_rank"]) for h in answer.json()] == [
+            ("hybrid", 1, 1)
+        ]
+        keyword = search(client, "harbour", mode="keyword")
+        assert keyword.headers["X-Search-Mode"] == "keyword"
+        assert "X-Search-Index" not in keyword.headers
         refused = client.get("/api/search", params={"q": "harbour", "mode": "semantic"})
         is_problem(refused, 422, "BadInput")
         assert refused.json()["detail"] == (

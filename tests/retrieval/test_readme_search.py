@@ -29,11 +29,11 @@ def test_the_search_examples_do_what_the_readme_says(tmp_path: Path) -> None:
 
     ran = ok(shell(hybrid, tmp_path))
     header, first, *_ = ran.lines
-    assert header == "mode=hybrid index=wordllama-l2_supercat-256 vectors: exact (numpy float32)"
+    assert header == "mode=hybrid index=wordllama-256 vectors: exact (numpy float32)"
     assert "keyword=#1 " in first and "hr-121-home-office-stipend.md:" in first
 
     ran = ok(shell(vector, tmp_path))
-    assert ran.lines[0].startswith("mode=vector index=wordllama-l2_supercat-256 ")
+    assert ran.lines[0].startswith("mode=vector index=wordllama-256 ")
     assert "hr-121-home-office-stipend.md" in "\n".join(ran.lines[1:4])
 
     hits = ok(shell(keyword, tmp_path)).value

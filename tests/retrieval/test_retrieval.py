@@ -38,7 +38,7 @@ async def test_hybrid_loses_to_neither_keyword_nor_vector_search(ledger: Ledger)
     # The ledger's own search: the active index is the worker's, wordllama's; the
     # query is embedded by the registry's embedder for it.
     answer = await ledger.reads.find("remote work")
-    assert (answer.mode, answer.index) == ("hybrid", "wordllama-l2_supercat-256")
+    assert (answer.mode, answer.index) == ("hybrid", "wordllama-256")
 
     def by(mode: str):  # type: ignore[no-untyped-def]
         return lambda ask: ledger.reads.search(ask, mode=mode, limit=10)
