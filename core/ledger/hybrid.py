@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -61,6 +62,7 @@ HYBRID_CANDIDATES = 100
 VECTOR_FIRST_FETCH = 2
 VECTOR_WIDEN = 4
 HASHED_EMBEDDERS = frozenset({"hashed"})  # core.ingest.embedders' kind
+EMBEDDERS_MODULE = "core.ingest.embedders"  # the registry: EmbedderSpec, embedder_for
 
 
 class SearchMode(StrEnum):
@@ -118,13 +120,14 @@ def registry_embedder(index: IndexLike) -> Any:
     Raises:
         ProviderUnreachable: the registry cannot make it here (a kind not installed).
     """
-    # Imported here: a keyword search, and every command that never searches, does
-    # not pay for the registry (nor a model) at import.
-    from core.ingest.embedders import EmbedderSpec, embedder_for
-
-    spec = EmbedderSpec(index.embedder, index.model, index.dimensions, dict(index.options))
+    # Looked up by name when a query needs it: a keyword search, and every command that
+    # never searches, does not pay for the registry (nor a model) at import; and the
+    # registry's own (type-checking) import of the ledger would otherwise close a
+    # circle core.ledger -> core.ingest.embedders -> core.ledger.
+    registry = importlib.import_module(EMBEDDERS_MODULE)
+    spec = registry.EmbedderSpec(index.embedder, index.model, index.dimensions, dict(index.options))
     try:
-        return embedder_for(spec)
+        return registry.embedder_for(spec)
     except BadInput as exc:
         raise ProviderUnreachable(f"{ErrorCode.PROVIDER_UNAVAILABLE}: {exc.message}") from None
 
