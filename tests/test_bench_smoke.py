@@ -47,6 +47,11 @@ EXPECTED_LINES = {
         "ratio wordllama embed, pipeline / bare model chunks/s:",
         "ratio wordllama embed median, pipeline / bare:",
     ),
+    "bench.search": (
+        "ratio hybrid / vector recall@3, paraphrases:",
+        "ratio hybrid OR leg / AND leg recall@3, paraphrases:",
+        "ratio hybrid p99 / exact floor p99 at 10 000 chunks:",  # --quick: 10k only
+    ),
     "bench.formats": (
         "ratio formats DOCX, worker / bare MB/s:",
         "ratio formats PPTX, worker / bare slides/s:",

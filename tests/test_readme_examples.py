@@ -188,12 +188,14 @@ def test_only_the_known_sections_hold_sh_examples() -> None:
     # Quickstart installs (tests/test_docs.py checks CI runs its test command);
     # Benchmarks run minutes-long measurements (tests/test_bench_smoke.py).
     # An OpenAI-compatible embedding endpoint: tests/core/test_openai_provider.py.
+    # Search: tests/retrieval/test_readme_search.py.
     assert holders == {
         "Quickstart",
         "Using it",
         "The HTTP API",
         "An OpenAI-compatible embedding endpoint",
         "Benchmarks",
+        "Search",
     }
 
 
@@ -412,7 +414,9 @@ def test_every_cli_reference_row_does_what_it_says(
     assert [h["document_id"] for h in value("search", "reaper", "--all")] == [doc_a]
     assert value("publish", doc_a[:8])["status"] == "published"
     hits = ok(run("search", "reaper"))
-    assert hits.lines[0].startswith(doc_a[:8]) and "a.txt" in hits.lines[0]
+    # The ledger's index is a real model's (wordllama): hybrid, which says so first.
+    assert hits.lines[0].startswith("mode=hybrid index=")
+    assert hits.lines[1].startswith(doc_a[:8]) and "a.txt" in hits.lines[1]
 
     # chunks DOC_ID: a document's chunks (ordinal, page, text)
     (chunk,) = ok(run("chunks", doc_a[:8])).lines
@@ -451,7 +455,7 @@ def test_every_cli_reference_row_does_what_it_says(
     assert value("document", doc_a)["status"] == "retired"
     # search QUERY [--limit K] [--all]: now the new version only, with version and snippet
     assert [(h["family_id"], h["version_no"]) for h in value("search", "reaper")] == [(doc_a, 2)]
-    (line,) = ok(run("search", "reaper", "--limit", "5")).lines
+    (line,) = ok(run("search", "reaper", "--limit", "5", "--mode", "keyword")).lines
     assert line.startswith(f"{doc_a[:8]}  v2 ") and "**reaper**" in line and "ten tasks" in line
 
     # withdraw DOC_ID --reason R: out of search; publish puts it back

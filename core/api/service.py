@@ -16,8 +16,10 @@ from core.api.auth import Viewer
 from core.api.context import ledger_of
 from core.api.problems import ApiProblem
 from core.api.routing import GuardedRoute
+from core.errors import ProviderUnreachable
 from core.ledger import LedgerStats
 from core.ledger.migrate import SCHEMA_HEAD
+from core.safe_text import visible
 from core.states import RequestState
 
 router = APIRouter(tags=["service"], route_class=GuardedRoute)
@@ -94,15 +96,46 @@ async def metrics(request: Request, caller: Viewer) -> Response:
     return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
 
-@router.get("/api/search", summary="Full-text search over published documents")
+@router.get("/api/search", summary="Keyword, vector or hybrid search over published documents")
 async def search(
     request: Request,
+    response: Response,
     caller: Viewer,
     q: Annotated[str, Query(description="words to look for")],
     limit: Annotated[int, Query(ge=1, le=SEARCH_MAX)] = 20,
+    mode: Annotated[
+        str | None,
+        Query(
+            description="keyword, vector or hybrid (keyword and vector ranks fused); default: "
+            "hybrid when the active index is a real model, else keyword",
+            max_length=40,
+        ),
+    ] = None,
 ) -> list[dict[str, Any]]:
     """Best first. Each hit names its version (``family_id``, ``version_no``; at most
     one version of a document is published, so one version's chunks), its ``score``
-    (higher is better) and a ``snippet`` with the matched words marked ``**so**``."""
-    hits = await ledger_of(request).reads.search(q, limit=limit)
-    return [h.to_dict() for h in hits]
+    (higher is better), how it was found (``mode``, the ``index`` whose vectors
+    answered, each leg's ``keyword_rank``/``keyword_score`` and
+    ``vector_rank``/``vector_score``, the ``fused_score``) and a ``snippet`` with the
+    matched words marked ``**so**``. Headers ``X-Search-Mode``, ``X-Search-Index``
+    and ``X-Search-Path`` say how the answer was made; ``X-Search-Notice`` is set when
+    it is not what was asked (hybrid answered from keyword ranks: the index's
+    embedder did not answer). A vector search whose embedder does not answer is 503,
+    kind ``ProviderUnreachable``."""
+    try:
+        answer = await ledger_of(request).reads.find(q, limit=limit, mode=mode)
+    except ProviderUnreachable as exc:
+        raise ApiProblem(503, "ProviderUnreachable", exc.message) from None
+    response.headers["X-Search-Mode"] = answer.mode
+    if answer.index:
+        response.headers["X-Search-Index"] = _header(answer.index)
+        response.headers["X-Search-Path"] = answer.path
+    if answer.notice:
+        response.headers["X-Search-Notice"] = _header(answer.notice)
+    return [h.to_dict() for h in answer.hits]
+
+
+def _header(text: str) -> str:
+    """``text`` as a header value: printable ASCII (HTTP headers are Latin-1 at best,
+    and an index is named by whoever created it)."""
+    return visible(text).encode("ascii", "backslashreplace").decode("ascii")

@@ -6,19 +6,21 @@ history), the review desk's decisions ``publish``, ``reject``, ``withdraw`` and
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
 from core.cli.options import limit_argument, whole_number
-from core.cli.output import Output, document_line, task_line, when
+from core.cli.output import Output, document_line, task_line, when, write_line
 from core.cli.pages import page_lines
 from core.cli.uploads import idempotency_argument
 from core.errors import NotFound
+from core.safe_text import visible
 from core.states import ROW_VERSION_MAX, DocumentStatus
 
 if TYPE_CHECKING:
-    from core.ledger import DocumentView, Ledger
+    from core.ledger import DocumentView, Ledger, SearchHit
     from core.ledger.views import DocumentEventView
 
 DEFAULT_LIST_LIMIT = 1000  # documents listed at most
@@ -273,18 +275,40 @@ def _where(page: int | None, location: dict[str, object], place: str) -> str:
 
 
 async def cmd_search(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    """``ingestdesk search QUERY``: ranked full-text search over published versions'
-    chunks, one line per hit with the matched words marked ``**like this**``."""
-    hits = await ledger.reads.search(args.query, limit=args.limit, include_unpublished=args.all)
+    """``ingestdesk search QUERY [--mode M]``: ranked search over published versions'
+    chunks, one line per hit with the matched words marked ``**like this**``. A vector
+    or hybrid answer starts with a line naming its mode, the index that answered and
+    the vector path; a notice (hybrid answered from keyword ranks alone) goes to
+    stderr as well, so a script reading --json sees it too."""
+    answer = await ledger.reads.find(
+        args.query, limit=args.limit, include_unpublished=args.all, mode=args.mode
+    )
+    hits = answer.hits
     lines = [
         f"{h.family_id[:8]}  v{h.version_no:<3} {_where(h.page, h.location, h.place)} "
-        f"score={h.score:<9.4g} {h.filename}: {h.snippet}"
+        f"score={h.score:<9.4g} {_legs(h)}{h.filename}: {h.snippet}"
         for h in hits
     ]
+    if answer.notice:
+        write_line(f"ingestdesk: {visible(answer.notice)}", sys.stderr)
+    if answer.index and hits:
+        lines.insert(0, f"mode={answer.mode} index={answer.index} vectors: {answer.path}")
     out.emit(
         [h.to_dict() for h in hits],
-        lines or ["no matches (only published documents are searchable; --all includes the rest)"],
+        lines if hits else [*lines, NO_MATCHES],
     )
+
+
+NO_MATCHES = "no matches (only published documents are searchable; --all includes the rest)"
+
+
+def _legs(hit: SearchHit) -> str:
+    """Each leg's rank and score of a vector or hybrid hit ("" for keyword search)."""
+    if hit.mode == "keyword":
+        return ""
+    kw = f"#{hit.keyword_rank} {hit.keyword_score:.4g}" if hit.keyword_rank else "-"
+    vec = f"#{hit.vector_rank} {hit.vector_score:.3f}" if hit.vector_rank else "-"
+    return f"keyword={kw} vector={vec} " if hit.mode == "hybrid" else f"vector={vec} "
 
 
 def search_limit(value: str) -> int:
@@ -341,6 +365,12 @@ def _delete(parser: argparse.ArgumentParser) -> None:
 
 def _search(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query")
+    parser.add_argument(
+        "--mode",
+        metavar="MODE",
+        help="keyword, vector or hybrid (keyword and vector ranks fused); default: "
+        "hybrid when the active index is a real model, else keyword",
+    )
     parser.add_argument("--all", action="store_true", help="include documents not yet published")
     parser.add_argument(
         "--limit",
@@ -402,7 +432,7 @@ CHUNKS = Command(
 )
 SEARCH = Command(
     "search",
-    "ranked full-text search over published versions' chunks",
+    "ranked search over published versions' chunks: keyword, vector or hybrid",
     on_ledger(cmd_search, create=False),
     _search,
 )

@@ -42,6 +42,7 @@ from core.config import Settings
 from core.errors import IngestDeskError
 from core.ledger.actions import Operator
 from core.ledger.campaigns import CampaignProgress, Campaigns
+from core.ledger.hybrid import Searcher
 from core.ledger.idempotency import IdempotencyKeys, Once
 from core.ledger.indexes import Indexes, IndexKey, IndexRevision, IndexView
 from core.ledger.migrate import current_revision
@@ -104,6 +105,8 @@ class Ledger:
         )
         self.registry = WorkerRegistry(transactions, clock)
         self.indexes = Indexes(transactions, clock)
+        # Search answers from the active index's vectors (core.ledger.hybrid).
+        self.reads.searcher = Searcher(transactions, self.indexes)
         self.campaigns = Campaigns(transactions, settings, clock, ids)
         self.tokens = TokenRegistry(transactions, clock, ids)
         self.idempotency = IdempotencyKeys(transactions, clock)

@@ -15,6 +15,7 @@ from core.config import DEFAULT_OCR_REVIEW_BELOW
 from core.filters import COMPARISONS, PAGE_FIELDS, TaskFilter, Term, fold
 from core.ledger import pages, rows, version_reads
 from core.ledger.filter_sql import FILTERED, filter_clauses, folded
+from core.ledger.hybrid import SearchAnswer, Searcher, SearchMode
 from core.ledger.indexes import IndexKey, find_index, vectors_by_ordinal
 from core.ledger.pages import PageSummary, PageView
 from core.ledger.registry import WORKER_GONE_AFTER_S
@@ -28,7 +29,6 @@ from core.ledger.schema import (
     TASKS,
     WORKERS,
 )
-from core.ledger.search import run_search
 from core.ledger.transactions import Transactions
 from core.ledger.views import (
     ChunkRecord,
@@ -66,6 +66,8 @@ class Reads:
         self, transactions: Transactions, *, review_below: float = DEFAULT_OCR_REVIEW_BELOW
     ) -> None:
         self._tx = transactions
+        # Keyword search until the ledger hands it its indexes (Ledger.__init__).
+        self.searcher = Searcher(transactions, None)
         # Settings.ocr_review_below: what ``ocr:low`` and the page flag judge by.
         self.review_below = review_below
 
@@ -430,16 +432,34 @@ class Reads:
         return await self._tx.read(tx)
 
     async def search(
-        self, query: str, *, limit: int = 20, include_unpublished: bool = False
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        include_unpublished: bool = False,
+        mode: str | SearchMode | None = None,
     ) -> list[SearchHit]:
-        """Ranked full-text search over chunks (:mod:`core.ledger.search`): only
-        published versions unless ``include_unpublished`` (review_pending chunks
-        exist, but a person has not approved them yet)."""
-        backend = self._tx.backend
-        return await self._tx.read(
-            lambda conn: run_search(
-                conn, backend, query, limit=limit, include_unpublished=include_unpublished
-            )
+        """Ranked search over chunks: only published versions unless
+        ``include_unpublished`` (review_pending chunks exist, but a person has not
+        approved them yet). ``mode`` keyword, vector or hybrid (None: the default for
+        the active index); see :meth:`find` for how the hits were found."""
+        answer = await self.find(
+            query, limit=limit, include_unpublished=include_unpublished, mode=mode
+        )
+        return answer.hits
+
+    async def find(
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        include_unpublished: bool = False,
+        mode: str | SearchMode | None = None,
+    ) -> SearchAnswer:
+        """A search's hits with its mode, the index that answered, the vector path
+        and any notice (:mod:`core.ledger.hybrid`)."""
+        return await self.searcher.find(
+            query, mode=mode, limit=limit, include_unpublished=include_unpublished
         )
 
 

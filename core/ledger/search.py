@@ -10,6 +10,12 @@ close together in a short chunk. Both backends match every word of the query
 the ``ingestdesk_search`` text search configuration (migration 0009: ``simple`` with
 ``unaccent``), used alike for the indexed column, the query and the snippet.
 
+Words joined by hyphens (``HR-121``, ``E-4471``) are one term whose words must
+appear together and in order, as written: a policy number is one thing, and a chunk
+holding ``HR-120`` and, elsewhere, ``121`` does not hold ``HR-121``. (PostgreSQL's
+parser reads ``HR-121`` as ``hr`` and the integer ``-121``: a number in a query
+matches both spellings.)
+
 Text in scripts written without spaces (Chinese, Japanese) is one word per run on
 both backends: ``東京`` does not find ``東京都は日本の首都です``.
 
@@ -46,6 +52,7 @@ SEARCH_QUERY_MAX = 1000
 PG_SEARCH_CONFIG = "ingestdesk_search"
 PG_SEARCH_CONFIG_BEFORE = "simple"
 NO_WORDS = "nothing to search for: the query has no words"
+_TERM = re.compile(r"\w+(?:-\w+)*")
 
 _COLUMNS = (
     CHUNKS.c.document_id,
@@ -64,9 +71,38 @@ def query_words(query: str) -> list[str]:
     return re.findall(r"\w+", query)
 
 
+def query_terms(query: str) -> list[list[str]]:
+    """The query's terms: a word, or words joined by hyphens (``HR-121``, ``E-4471``,
+    ``MSA-2024-118``), which must appear together and in order, as written: a policy
+    number is one thing, and ``HR-120 ... 121`` is not ``HR-121``."""
+    return [query_words(term) for term in _TERM.findall(query)]
+
+
+def pg_tsquery_text(terms: list[list[str]], *, any_word: bool) -> str:
+    """``to_tsquery`` text for ``terms``. PostgreSQL's parser reads ``HR-121`` as the
+    word ``hr`` and the signed integer ``-121``, so a number in a query matches
+    either spelling. Every operand is a run of word characters, quoted: user text
+    never becomes query syntax."""
+
+    def word(w: str) -> str:
+        return f"('{w}' | '-{w}')" if w.isdigit() else f"'{w}'"
+
+    phrases = [" <-> ".join(word(w) for w in term) for term in terms]
+    return (" | " if any_word else " & ").join(f"({p})" for p in phrases)
+
+
 def search_statement(
-    backend: str, words: list[str], *, limit: int, include_unpublished: bool
+    backend: str,
+    terms: list[list[str]],
+    *,
+    limit: int,
+    include_unpublished: bool,
+    any_word: bool = False,
 ) -> Select[Any]:
+    """The ranked statement over the query's terms (:func:`query_terms`);
+    ``any_word`` ORs the terms instead of requiring each (not
+    a mode of its own: bench.search measures hybrid search with such a leg against
+    the AND leg it uses)."""
     joined = CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id)
     if backend == "postgresql":
         # The query and the snippet must fold words as the column did: the database
@@ -76,7 +112,7 @@ def search_statement(
             "coalesce((SELECT oid::regconfig FROM pg_ts_config WHERE cfgname = "
             f"'{PG_SEARCH_CONFIG}' LIMIT 1), '{PG_SEARCH_CONFIG_BEFORE}'::regconfig)"
         )
-        tsquery = func.plainto_tsquery(config, bindparam("q", " ".join(words)))
+        tsquery = func.to_tsquery(config, bindparam("q", pg_tsquery_text(terms, any_word=any_word)))
         vector: ColumnElement[Any] = literal_column("chunks.search")
         options = (
             f"StartSel={MARK_START}, StopSel={MARK_END}, MaxWords={SNIPPET_WORDS + 4}, MinWords=6"
@@ -94,7 +130,8 @@ def search_statement(
         )
     else:
         # Quoted terms: user text must never be read as FTS5 query syntax.
-        fts_query = " ".join('"' + w.replace('"', "") + '"' for w in words)
+        # A term in quotes is an FTS5 phrase (its words adjacent, in order).
+        fts_query = (" OR " if any_word else " ").join('"' + " ".join(term) + '"' for term in terms)
         stmt = (
             select(
                 *_COLUMNS,
@@ -137,10 +174,24 @@ def check_query(query: str, limit: int) -> list[str]:
 
 
 def run_search(
-    conn: Connection, backend: str, query: str, *, limit: int, include_unpublished: bool
+    conn: Connection,
+    backend: str,
+    query: str,
+    *,
+    limit: int,
+    include_unpublished: bool,
+    any_word: bool = False,
 ) -> list[SearchHit]:
-    words = check_query(query, limit)
-    stmt = search_statement(backend, words, limit=limit, include_unpublished=include_unpublished)
+    check_query(query, limit)
+    # The naive OR leg bench.search measures splits terms too: any word will do.
+    terms = [[w] for w in query_words(query)] if any_word else query_terms(query)
+    stmt = search_statement(
+        backend,
+        terms,
+        limit=limit,
+        include_unpublished=include_unpublished,
+        any_word=any_word,
+    )
     rows = conn.execute(stmt).all()
     places = [chunk_place(r.page, r.location) for r in rows]
     return [

@@ -277,7 +277,7 @@ class ChunkView(_View):
 class SearchHit(_View):
     """One matching chunk of a published version: which document and version, where,
     how well it ranks (higher is better) and a snippet with the matched words marked
-    ``**like this**``."""
+    ``**like this**`` (a vector hit's snippet is the chunk's first words)."""
 
     document_id: str
     filename: str
@@ -290,6 +290,17 @@ class SearchHit(_View):
     snippet: str = ""
     location: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     place: str = ""
+    # How it was found (core.ledger.hybrid): the mode, the index whose vectors
+    # answered ("" for keyword search), and each leg's rank (from 1) and score; a
+    # leg that did not find it leaves them None. ``score`` is the mode's own: the
+    # keyword score, the cosine, or the fused (RRF) score.
+    mode: str = "keyword"
+    index: str = ""
+    keyword_rank: int | None = None
+    keyword_score: float | None = None
+    vector_rank: int | None = None
+    vector_score: float | None = None
+    fused_score: float | None = None
 
 
 @dataclass(frozen=True)

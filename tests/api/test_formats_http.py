@@ -27,7 +27,7 @@ def test_chunks_and_hits_carry_their_location(api: Api) -> None:
             ({"slide": 3, "notes": True}, "slide 3 notes"),
         ]
         assert publisher.post(f"/api/documents/{doc['document_id']}/publish").status_code == 200
-        hits = client.get("/api/search", params={"q": "some notes"}).json()
+        hits = client.get("/api/search", params={"q": "some notes", "mode": "keyword"}).json()
         assert [(h["location"], h["place"]) for h in hits] == [
             ({"slide": 2, "notes": True}, "slide 2 notes")
         ]

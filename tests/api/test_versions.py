@@ -35,7 +35,8 @@ def replace(client: httpx.Client, replaces: str, data: bytes, name: str) -> http
 
 
 def hits(client: httpx.Client, q: str) -> list[tuple[str, int]]:
-    answer = client.get("/api/search", params={"q": q})
+    # Keyword search: which versions hold the word (vectors bring nearest neighbours).
+    answer = client.get("/api/search", params={"q": q, "mode": "keyword"})
     assert answer.status_code == 200, answer.text
     return [(h["document_id"], h["version_no"]) for h in answer.json()]
 
@@ -44,7 +45,7 @@ def test_a_new_version_is_searched_only_once_it_is_published(api: Api) -> None:
     with api.client() as client, api.client("publisher") as publisher:
         v1 = processed(api, client, upload(client, V1, "tariffs.md"))
         assert publisher.post(f"/api/documents/{v1['document_id']}/publish").status_code == 200
-        answer = client.get("/api/search", params={"q": "harbour", "limit": 5})
+        answer = client.get("/api/search", params={"q": "harbour", "limit": 5, "mode": "keyword"})
         [hit] = answer.json()
         assert (hit["document_id"], hit["family_id"], hit["version_no"]) == (
             v1["document_id"],

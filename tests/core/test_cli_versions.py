@@ -136,7 +136,10 @@ def reviewed_v2(cli: Cli, tmp_path: Path, family: str, data: bytes = V2_TEXT) ->
 
 
 def searched(cli: Cli, query: str, *extra: str) -> list[tuple[str, int]]:
-    return [(h["family_id"], h["version_no"]) for h in value(cli, "search", query, *extra)]
+    # Keyword search: these tests ask which versions hold a word (a vector search would
+    # also bring the nearest chunks of others).
+    found = value(cli, "search", query, "--mode", "keyword", *extra)
+    return [(h["family_id"], h["version_no"]) for h in found]
 
 
 # ------------------------------------------------------------------ round trips
@@ -163,7 +166,7 @@ def test_a_new_version_is_searched_only_once_published(settings: Settings, tmp_p
     # Processed and waiting for review: search still finds the published version only.
     assert searched(cli, "reaper") == [(family, 1)]
     assert sorted(searched(cli, "reaper", "--all")) == [(family, 1), (family, 2)]
-    (line,) = ok(cli("search", "seconds")).lines
+    (line,) = ok(cli("search", "seconds", "--mode", "keyword")).lines
     assert line.startswith(f"{family[:8]}  v1 ") and "**seconds**" in line
 
     published = value(cli, "publish", v2, "--reason", "leases are longer now")
@@ -174,7 +177,7 @@ def test_a_new_version_is_searched_only_once_published(settings: Settings, tmp_p
     )
     assert searched(cli, "reaper") == [(family, 2)]
     assert searched(cli, "thirty") == []  # the old version's words are gone with it
-    (line,) = ok(cli("search", "sixty")).lines
+    (line,) = ok(cli("search", "sixty", "--mode", "keyword")).lines
     assert line.startswith(f"{family[:8]}  v2 ") and "**sixty**" in line and "score=" in line
 
     # `document` by any version's id: both versions, and the history that got here.
@@ -213,8 +216,8 @@ def test_withdraw_takes_a_version_out_of_search_and_publish_puts_it_back(
     family = published_v1(cli, tmp_path)
     withdrawn = ok(cli("withdraw", family[:8], "--reason", "figures under review"))
     assert withdrawn.stdout.startswith(f"withdrew document={family} version=v1")
-    assert value(cli, "search", "reaper") == []
-    assert ok(cli("search", "reaper")).stdout.startswith("no matches")
+    assert value(cli, "search", "reaper", "--mode", "keyword") == []
+    assert ok(cli("search", "reaper", "--mode", "keyword")).stdout.startswith("no matches")
     assert searched(cli, "reaper", "--all") == [(family, 1)]  # kept, chunks and all
     assert value(cli, "publish", family)["status"] == "published"
     assert searched(cli, "reaper") == [(family, 1)]
@@ -295,7 +298,7 @@ def test_delete_removes_every_version_and_refuses_while_a_task_runs(
             "delete",
             "obsolete",
         )
-    assert value(cli, "search", "reaper", "--all") == []
+    assert value(cli, "search", "reaper", "--all", "--mode", "keyword") == []
     assert value(cli, "documents") == []
 
 
@@ -469,6 +472,15 @@ def test_the_cli_search_refuses_what_the_ledger_would_not_do(cli: Cli, tmp_path:
     message = refused(cli, EXIT_BAD_INPUT, "search", "reaper", "--limit", "5000")
     assert "--limit" in message and f"from 1 to {SEARCH_LIMIT_MAX}" in message
     assert len(value(cli, "search", "reaper", "--limit", str(SEARCH_LIMIT_MAX))) == 1
+    message = refused(cli, EXIT_BAD_INPUT, "search", "reaper", "--mode", "semantic")
+    assert message == "search mode is one of keyword, vector, hybrid ('semantic' asked)"
+    (hit,) = value(cli, "search", "reaper", "--mode", "keyword")
+    assert (hit["mode"], hit["index"], hit["keyword_rank"], hit["vector_rank"]) == (
+        "keyword",
+        "",
+        1,
+        None,
+    )
 
 
 def test_a_hostile_reason_is_kept_inert_and_shown_escaped(cli: Cli, tmp_path: Path) -> None:

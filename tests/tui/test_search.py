@@ -246,3 +246,40 @@ async def test_review_and_search_on_both_backends(ledger: Ledger, clock: FakeClo
         assert [(h.document_id, h.version_no) for h in screen.hits.values()] == [
             (ids[SAFETY][1], 2)
         ]
+
+
+async def test_ctrl_t_steps_the_mode_and_the_hits_say_how_they_were_found(
+    empty: Seeded,
+) -> None:
+    from tests.core.test_vector_search import published, searcher
+
+    searcher(empty.ledger)  # an index of a real model's name: hybrid by default
+    await published(empty.ledger, "canteen.md", "the cafeteria opens at noon")
+    await published(empty.ledger, "parking.md", "parking permits come from facilities")
+    app = make_app(empty)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await ready(pilot, rows=0)
+        screen = await open_search(pilot)
+        hits = screen.query_one("#search-hits", OptionList)
+
+        def title() -> str:
+            return str(hits.border_title)
+
+        def first_line() -> str:
+            prompt = hits.get_option_at_index(0).prompt
+            assert isinstance(prompt, Text)
+            return prompt.plain.splitlines()[0]
+
+        await pilot.press(*"cafeteria", "enter")
+        await wait_for(pilot, lambda: screen.answer is not None, what="the hybrid answer")
+        assert title() == "Hits, best first · hybrid (test-model-256)"
+        assert hits.option_count == 2  # the vector leg brings the other chunk too
+        assert first_line().startswith("canteen.md  v1")
+        assert first_line().endswith("· keyword #1 · vector #1")
+        await pilot.press("ctrl+t")  # hybrid -> keyword: searched again
+        await wait_for(pilot, lambda: title() == "Hits, best first · keyword", what="keyword")
+        assert hits.option_count == 1 and "vector" not in first_line()
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: title().endswith("vector (test-model-256)"), what="vector")
+        assert hits.option_count == 2 and first_line().endswith("· vector #1")
+        assert "^t" in screen_text(app) and "Mode" in screen_text(app)  # in the footer

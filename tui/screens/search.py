@@ -1,7 +1,10 @@
-"""The search box: ranked full-text search over published document versions, as you
-type. Each hit shows the document's name, version, page, score and a snippet whose
-matched words are highlighted; enter opens the document (its versions, history and
-the hit's chunk).
+"""The search box: ranked search over published document versions, as you type.
+Each hit shows the document's name, version, page, score and a snippet whose matched
+words are highlighted; enter opens the document (its versions, history and the hit's
+chunk). ``ctrl+t`` steps the mode through keyword, vector and hybrid search (until
+then the ledger's default: hybrid when the active index is a real model); the hits'
+title says which mode answered and from which index, and a vector or hybrid hit
+says where each leg ranked it.
 
 The ledger marks matched words ``**like this**``; they become a Rich style
 (:func:`tui.format.snippet_text`) and everything else is escaped into
@@ -22,6 +25,8 @@ from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from core import BadInput, SearchHit, visible
+from core.errors import ProviderUnreachable
+from core.ledger.hybrid import MODES, SearchAnswer
 from tui.desk import Desk, desk_of
 from tui.format import failure_line, shorten, snippet_text
 from tui.widgets.footer import WholeKeysFooter
@@ -51,6 +56,12 @@ def hit_text(hit: SearchHit) -> Text:
         page = visible(hit.place)
     out.append(f"  v{hit.version_no} · {page} · chunk #{hit.ordinal}")
     out.append(f" · score {hit.score:.3g}", style="dim")
+    if hit.mode != "keyword":
+        legs = [("keyword", hit.keyword_rank)] if hit.mode == "hybrid" else []
+        legs.append(("vector", hit.vector_rank))
+        out.append(
+            "".join(f" · {leg} {f'#{rank}' if rank else '-'}" for leg, rank in legs), style="dim"
+        )
     out.append("\n")
     out.append_text(snippet_text(hit.snippet))
     return out
@@ -62,12 +73,15 @@ class SearchScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("down", "to_hits", "Hits", show=False),
+        Binding("ctrl+t", "next_mode", "Mode", tooltip="Keyword, vector or hybrid search"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.hits: dict[str, SearchHit] = {}  # by hit_key, as shown
         self.searched: str | None = None  # the query whose hits are shown
+        self.mode: str | None = None  # asked for with ctrl+t; None: the ledger's default
+        self.answer: SearchAnswer | None = None  # how the hits shown were found
         self._debounce: Timer | None = None
 
     @property
@@ -85,8 +99,31 @@ class SearchScreen(Screen[None]):
         yield WholeKeysFooter()
 
     def on_mount(self) -> None:
-        self.query_one("#search-hits", OptionList).border_title = "Hits, best first"
+        self._title()
         self.focus_query()
+
+    def _title(self) -> None:
+        """The hits' title: the mode that answered (or the one asked for, before an
+        answer), and the index whose vectors answered."""
+        title = "Hits, best first"
+        answer = self.answer
+        if answer is not None and self.searched is not None:
+            title += f" · {answer.mode}"
+            if answer.index:
+                title += f" ({shorten(visible(answer.index), 30)})"
+        elif self.mode is not None:
+            title += f" · {self.mode}"
+        self.query_one("#search-hits", OptionList).border_title = title
+
+    def action_next_mode(self) -> None:
+        """Keyword → vector → hybrid → keyword, from the mode now shown; the hits shown
+        are searched again in it."""
+        shown = self.mode or (self.answer.mode if self.answer else MODES[0])
+        self.mode = MODES[(MODES.index(shown) + 1) % len(MODES)]
+        self.answer = None
+        self._title()
+        if self.searched:
+            self.run_search(self.searched, focus_hits=False)
 
     def focus_query(self) -> None:
         """Put the cursor in the search box (ctrl+f on this screen)."""
@@ -119,18 +156,21 @@ class SearchScreen(Screen[None]):
     async def run_search(self, query: str, *, focus_hits: bool) -> None:
         status = self.query_one("#search-status", Static)
         try:
-            hits = await self.desk.reads.search(query, limit=SEARCH_LIMIT)
-        except BadInput as exc:
+            answer = await self.desk.reads.find(query, limit=SEARCH_LIMIT, mode=self.mode)
+        except (BadInput, ProviderUnreachable) as exc:
             # A query with no word in it ("!!!"): the hits of the last one would
             # read as its answer.
-            self.searched, self.hits = query, {}
+            self.searched, self.hits, self.answer = query, {}, None
             self.query_one("#search-hits", OptionList).clear_options()
+            self._title()
             status.update(Text(failure_line(exc), style="bold"))
             return
         except Exception as exc:  # a database fault
             status.update(Text(failure_line(exc), style="bold"))
             return
-        self.searched = query
+        hits = answer.hits
+        self.searched, self.answer = query, answer
+        self._title()
         self.hits = {hit_key(hit): hit for hit in hits}
         shown = self.query_one("#search-hits", OptionList)
         shown.clear_options()
@@ -141,7 +181,10 @@ class SearchScreen(Screen[None]):
             return
         many = "the first " if len(hits) >= SEARCH_LIMIT else ""
         count = f"{many}{len(hits)} hit{'s' if len(hits) != 1 else ''}"
-        status.update(Text(f"{count} for {quoted}, best first · enter opens the document"))
+        line = Text(f"{count} for {quoted}, best first · enter opens the document")
+        if answer.notice:  # not what was asked: hybrid answered from keyword ranks
+            line = Text(f"{count} for {quoted} · {visible(answer.notice)}", style="bold")
+        status.update(line)
         shown.highlighted = 0
         if focus_hits:
             shown.focus()

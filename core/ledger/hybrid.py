@@ -1,0 +1,365 @@
+"""One search entry point for every face (CLI, HTTP, dashboard): keyword, vector or
+hybrid search over the published chunks, answered from the active index.
+
+* ``keyword``: :mod:`core.ledger.search` (BM25 / ts_rank, every query word required);
+* ``vector``: the query embedded by the active index's embedder and compared with the
+  index's vectors (:mod:`core.ledger.vector_search`, exact), best candidates kept if
+  their document version is published (decided now, as keyword search does);
+* ``hybrid``: both rankings fused by reciprocal rank fusion (:mod:`core.ledger.fusion`).
+  The keyword leg keeps its AND: measured on tests/retrieval/ (recall@3 of the
+  paraphrases: 0.74 with it, 0.31 with a leg that ORs the query's words, whose common
+  words put unrelated chunks into the fusion on a par with the vector ranking's
+  best; ``python -m bench.search`` prints both). A query naming an identifier puts
+  the chunks holding every term first (:func:`fuse`).
+
+The default is hybrid once the active index is a real model, keyword while it is the
+hashed bag of words (whose "vectors" only re-rank the same words).
+
+When the query cannot be embedded (a remote embedder that does not answer), a vector
+search fails with :class:`~core.errors.ProviderUnreachable` (code
+``provider_unavailable``); a hybrid search answers with its keyword ranks alone and
+says so in :attr:`SearchAnswer.notice`, which every face shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Connection
+
+from core.errors import BadInput, ProviderUnreachable
+from core.ingest.embedder import ProviderUnavailable
+from core.ingest.providers import (
+    LookupUnavailable,
+    NotSent,
+    OutcomeUnknown,
+    ProviderRejected,
+)
+from core.ledger.candidates import Candidate, chunk_rows, published_keys, vector_hit
+from core.ledger.fusion import fuse, fused_hit, key_of, names_an_identifier
+from core.ledger.search import check_query, run_search
+from core.ledger.transactions import Transactions
+from core.ledger.views import SearchHit, _View
+from core.states import ErrorCode
+
+if TYPE_CHECKING:
+    from core.ledger.vector_search import IndexLike, IndexSource, VectorCache
+
+# Candidates each leg of a hybrid search brings to the fusion: RRF only sees ranks,
+# and past ~100 a rank adds under 1/160 to a score.
+HYBRID_CANDIDATES = 100
+# Vector candidates are checked for publication in the ledger: first twice the hits
+# asked for (most chunks of the active index are published), then, while too few
+# were, four times more, until the whole index has been looked at. Each candidate
+# costs two primary-key reads (16 ms for 400 at 1M chunks on the loaded machine).
+VECTOR_FIRST_FETCH = 2
+VECTOR_WIDEN = 4
+HASHED_EMBEDDERS = frozenset({"hashed"})  # core.ingest.embedders' kind
+EMBEDDERS_MODULE = "core.ingest.embedders"  # the registry: EmbedderSpec, embedder_for
+
+
+class SearchMode(StrEnum):
+    KEYWORD = "keyword"
+    VECTOR = "vector"
+    HYBRID = "hybrid"
+
+
+MODES = tuple(m.value for m in SearchMode)
+
+
+def parse_mode(mode: str | SearchMode | None) -> SearchMode | None:
+    """A mode by name (None: the default for the active index).
+
+    Raises:
+        BadInput: not one of :data:`MODES`.
+    """
+    if mode is None or isinstance(mode, SearchMode):
+        return mode
+    try:
+        return SearchMode(mode)
+    except ValueError:
+        raise BadInput(f"search mode is one of {', '.join(MODES)} ({mode[:40]!r} asked)") from None
+
+
+def default_mode(index: IndexLike | None) -> SearchMode:
+    """Hybrid when the active index is a real model, keyword otherwise."""
+    if index is None or index.embedder in HASHED_EMBEDDERS:
+        return SearchMode.KEYWORD
+    return SearchMode.HYBRID
+
+
+@dataclass(frozen=True)
+class SearchAnswer(_View):
+    """A search's hits and how they were found: the mode, the index whose vectors
+    answered ("" for keyword search), the vector path, and a notice when the answer
+    is not what was asked (a hybrid search that fell back to keyword ranks)."""
+
+    hits: list[SearchHit]
+    mode: str
+    index: str = ""
+    path: str = ""
+    notice: str = ""
+    asked: str = ""  # the mode asked for ("" when the default was taken)
+
+
+EmbedderFactory = Callable[["IndexLike"], Any]
+
+
+def registry_embedder(index: IndexLike) -> Any:
+    """The active index's embedder from the registry (:mod:`core.ingest.embedders`),
+    as the index names it: the same kind, model, dimensions and options make the
+    query's vector comparable with the index's.
+
+    Raises:
+        ProviderUnreachable: the registry cannot make it here (a kind not installed).
+    """
+    # Looked up by name when a query needs it: a keyword search, and every command that
+    # never searches, does not pay for the registry (nor a model) at import; and the
+    # registry's own (type-checking) import of the ledger would otherwise close a
+    # circle core.ledger -> core.ingest.embedders -> core.ledger.
+    registry = importlib.import_module(EMBEDDERS_MODULE)
+    spec = registry.EmbedderSpec(index.embedder, index.model, index.dimensions, dict(index.options))
+    try:
+        return registry.embedder_for(spec)
+    except BadInput as exc:
+        raise ProviderUnreachable(f"{ErrorCode.PROVIDER_UNAVAILABLE}: {exc.message}") from None
+
+
+_WHAT_HAPPENED: tuple[tuple[type[BaseException], str], ...] = (
+    (NotSent, "not reached"),
+    (ProviderUnavailable, "unavailable"),
+    (OutcomeUnknown, "no usable reply"),
+    (ProviderRejected, "refused the request"),
+    (LookupUnavailable, "no answer"),
+    (TimeoutError, "timed out"),
+    (OSError, "not reached"),
+)
+_UNREACHABLE = (
+    ProviderUnavailable,
+    OutcomeUnknown,
+    ProviderRejected,
+    LookupUnavailable,
+    OSError,
+    TimeoutError,
+)
+
+
+class Searcher:
+    """Searches of one ledger; holds this process's index matrices and the query
+    embedders (a local model is loaded once)."""
+
+    def __init__(
+        self,
+        transactions: Transactions,
+        indexes: IndexSource | None,
+        *,
+        embedders: EmbedderFactory = registry_embedder,
+        or_leg: bool = False,
+    ) -> None:
+        """``or_leg``: hybrid search's keyword leg ORs the query's words (measured by
+        bench.search against the AND leg; not for use)."""
+        self._tx = transactions
+        self._or_leg = or_leg
+        self._indexes = indexes
+        self._embedder_for = embedders
+        self._embedders: dict[tuple[int, str, str, int], Any] = {}
+        self._cache: VectorCache | None = None
+
+    @property
+    def cache(self) -> VectorCache:
+        if self._cache is None:
+            assert self._indexes is not None
+            from core.ledger.vector_search import VectorCache
+
+            self._cache = VectorCache(self._indexes)
+        return self._cache
+
+    async def active(self) -> IndexLike | None:
+        return None if self._indexes is None else await self._indexes.active()
+
+    async def find(
+        self,
+        query: str,
+        *,
+        mode: str | SearchMode | None = None,
+        limit: int = 20,
+        include_unpublished: bool = False,
+    ) -> SearchAnswer:
+        """The best ``limit`` chunks for ``query`` in ``mode`` (None: the default for
+        the active index), and how they were found.
+
+        Raises:
+            BadInput: an unknown mode, a query without words, a limit out of range,
+                or a vector or hybrid search on a ledger with no index yet.
+            ProviderUnreachable: a vector search whose query the index's embedder
+                could not embed (hybrid answers from keyword ranks instead).
+        """
+        asked = parse_mode(mode)
+        check_query(query, limit)
+        label = asked.value if asked else ""
+        index = await self.active() if asked != SearchMode.KEYWORD else None
+        chosen = asked or default_mode(index)
+        backend = self._tx.backend
+
+        async def keyword(n: int, any_word: bool = False) -> list[SearchHit]:
+            return await self._tx.read(
+                lambda conn: _keyword(conn, backend, query, n, include_unpublished, any_word)
+            )
+
+        if chosen == SearchMode.KEYWORD:
+            return SearchAnswer(await keyword(limit), chosen.value, asked=label)
+        if index is None:
+            raise BadInput("no active index: vector search needs one (`ingestdesk index list`)")
+        from core.ledger.vector_search import SEARCH_PATH
+
+        if chosen == SearchMode.VECTOR:
+            nearest = await self._nearest(index, query, limit, chunk_rows, include_unpublished)
+            hits = [
+                vector_hit(
+                    rows, Candidate(c, (rows[0].document_id, rows[0].ordinal), v, r), index.name
+                )
+                for r, (c, rows, v) in enumerate(nearest, start=1)
+            ]
+            return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
+        # The legs at once: the keyword leg's statement runs in the ledger's thread
+        # while the vector leg multiplies the matrix on this one (at 1M vectors, each
+        # is tens to hundreds of milliseconds).
+        want = max(limit, HYBRID_CANDIDATES)
+        words, ranked = await asyncio.gather(
+            keyword(want, self._or_leg),
+            self._vector_ranking(index, query, want, include_unpublished),
+            return_exceptions=True,
+        )
+        if isinstance(words, BaseException):
+            raise words
+        if isinstance(ranked, ProviderUnreachable):
+            return SearchAnswer(
+                words[:limit] if not self._or_leg else await keyword(limit),
+                SearchMode.KEYWORD.value,
+                index=index.name,
+                path=SEARCH_PATH,
+                notice=f"keyword ranks only: {ranked.message}",
+                asked=label,
+            )
+        if isinstance(ranked, BaseException):
+            raise ranked
+        order = fuse(words, ranked, limit, keyword_first=names_an_identifier(query))
+        # Only the vector hits that made the cut are read whole (text, place).
+        found = {key_of(h): h for h in words}
+        chosen_keys = dict(order)
+        wanted = [c for c in ranked if c.key in chosen_keys and c.key not in found]
+        found |= {
+            key_of(h): h for h in await self._hydrate(wanted, index.name, include_unpublished)
+        }
+        by_key = {c.key: c for c in ranked}
+        hits = [
+            fused_hit(found[k], by_key.get(k), score, index.name)
+            for k, score in order
+            if k in found
+        ]
+        return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
+
+    async def _query_vector(self, index: IndexLike, query: str) -> bytes:
+        key = (index.id, index.embedder, index.model, index.dimensions)
+        embedder = self._embedders.get(key)
+        if embedder is None:
+            embedder = self._embedders[key] = self._embedder_for(index)
+        what = f"{index.embedder} {index.model}".strip()
+        try:
+            if hasattr(embedder, "embed"):
+                (vector,) = await embedder.embed([query])
+            else:
+                # A request key of its own (64 hex digits): a query is not a chunk.
+                request_key = hashlib.sha256(b"search query\n" + query.encode()).hexdigest()
+                reply = await embedder.submit(request_key, [query])
+                (vector,) = reply.vectors
+        except _UNREACHABLE as exc:
+            # What happened in our words: the exceptions' own messages name the
+            # endpoint's address, which a client of the API is not told.
+            detail = next((d for cls, d in _WHAT_HAPPENED if isinstance(exc, cls)), "failed")
+            raise ProviderUnreachable(
+                f"{ErrorCode.PROVIDER_UNAVAILABLE}: the index's embedder ({what}) did not "
+                f"embed the query ({detail})"
+            ) from None
+        return bytes(vector)
+
+    async def _nearest(
+        self,
+        index: IndexLike,
+        query: str,
+        want: int,
+        read: Callable[..., dict[int, Any]],
+        include_unpublished: bool,
+    ) -> list[tuple[int, Any, float]]:
+        """The ``want`` nearest chunks of published versions (any, with
+        ``include_unpublished``), best first: (chunk id, what ``read`` found of it in
+        the ledger, cosine). Candidates are checked by ``read`` in one statement, more
+        of them while too few were published."""
+        from core.ledger.vector_search import as_query
+
+        raw = await self._query_vector(index, query)
+        matrix = await self.cache.current(index)
+        q = as_query(raw, index.dimensions)
+        k = want * VECTOR_FIRST_FETCH
+        while True:
+            nearest = matrix.top(q, k)
+            found = await self._tx.read(
+                partial(
+                    read,
+                    ids=[chunk for chunk, _ in nearest],
+                    include_unpublished=include_unpublished,
+                )
+            )
+            kept = [(c, found[c], score) for c, score in nearest if c in found]
+            if len(kept) >= want or k >= matrix.count:
+                return kept[:want]
+            k *= VECTOR_WIDEN
+
+    async def _vector_ranking(
+        self, index: IndexLike, query: str, want: int, include_unpublished: bool
+    ) -> list[Candidate]:
+        """The vector leg of a hybrid search: ids and ranks, no text read."""
+        nearest = await self._nearest(index, query, want, published_keys, include_unpublished)
+        return [Candidate(c, key, score, r) for r, (c, key, score) in enumerate(nearest, 1)]
+
+    async def _hydrate(
+        self, ranked: Sequence[Candidate], index: str, include_unpublished: bool
+    ) -> list[SearchHit]:
+        """Vector hits, read whole (a chunk unpublished since it was ranked drops out)."""
+        rows = await self._tx.read(
+            partial(
+                chunk_rows,
+                ids=[c.chunk_id for c in ranked],
+                include_unpublished=include_unpublished,
+            )
+        )
+        return [vector_hit(rows[c.chunk_id], c, index) for c in ranked if c.chunk_id in rows]
+
+
+def _keyword(
+    conn: Connection,
+    backend: str,
+    query: str,
+    limit: int,
+    include_unpublished: bool,
+    any_word: bool = False,
+) -> list[SearchHit]:
+    hits = run_search(
+        conn,
+        backend,
+        query,
+        limit=limit,
+        include_unpublished=include_unpublished,
+        any_word=any_word,
+    )
+    return [
+        replace(h, mode="keyword", keyword_rank=rank, keyword_score=h.score)
+        for rank, h in enumerate(hits, start=1)
+    ]
