@@ -510,11 +510,21 @@ async def test_pool_cuts_off_a_hang_at_the_budget_and_recovers() -> None:
         assert pool.children_started == 2
 
 
+# The memory fault must win its race with the time budget on any machine: this test's
+# budget is generous (the cap is what it checks), and its cap low enough that the bomb
+# reaches it in ~0.4 CPU-seconds. At 256 MiB two 70 MB pages fitted and pypdf scanned
+# each one's whitespace byte by byte (~4 CPU-s a page): 8 CPU-s in all, against the
+# default 13 s wall budget, which a loaded 2-core machine lost.
+MEMORY_BOMB_CAP_BYTES = 192 << 20  # bytes of address space; an idle child maps ~75 MiB
+MEMORY_BOMB_BUDGET_S = 300.0  # seconds
+
+
 @pytest.mark.asyncio
 async def test_pool_memory_bomb_is_a_parse_error_and_the_pool_survives() -> None:
-    # 6 pages x 70 MB of cached inflated content against a 256 MiB address-space cap
-    # (an idle child maps about 75 MiB).
-    async with ParserPool(workers=1, memory_limit_bytes=256 << 20) as pool:
+    # 6 pages x 70 MB of cached inflated content against the address-space cap.
+    async with ParserPool(
+        workers=1, memory_limit_bytes=MEMORY_BOMB_CAP_BYTES, base_timeout_s=MEMORY_BOMB_BUDGET_S
+    ) as pool:
         with pytest.raises(ParseFailure) as caught:
             await pool.parse(hostile.memory_bomb_pdf(pages=6), "pdf")
 
