@@ -227,13 +227,13 @@ def test_a_decompression_bomb_image_is_refused_before_it_is_decoded() -> None:
         bomb = bilevel_png(width, height)
         assert len(bomb) < 1 << 20  # a megabyte declaring up to 1.6 gigapixels
         assert sniff_kind(bomb, "bomb.png") is DocumentKind.PNG
-        started = time.perf_counter()
+        started = time.process_time()  # CPU seconds: the cost, not the machine's load
         with pytest.raises(ParseFailure) as caught:
             parse_document(bomb, DocumentKind.PNG)
         assert caught.value.code is ErrorCode.PARSE_ERROR
         assert "decompression bomb" in caught.value.reason
         assert "\n" not in caught.value.reason and "/" not in caught.value.reason
-        assert time.perf_counter() - started < 5  # refused from its header, not decoded
+        assert time.process_time() - started < 5  # refused from its header, not decoded
 
 
 def tiny_tiff(frames: int) -> bytes:
