@@ -182,7 +182,8 @@ def test_a_scanned_page_image_is_read_word_for_word(name: str) -> None:
     assert reading.chars == len("".join(text.split()))
     assert "the quick brown dog jumped over the lazy fox" in " ".join(words(text))
     assert word_recall(text, truth("phototest.txt")) >= 0.95
-    assert reports == [(1, 1)]
+    # "0 done" before the engine reads the first page: the pool times it from there.
+    assert reports == [(0, 1), (1, 1)]
     assert doc.pages == 1
 
 
@@ -212,7 +213,7 @@ def test_each_frame_of_a_multi_page_tiff_is_a_page() -> None:
         (2, PageDecision.OCR),
     ]
     assert doc.pages == 2
-    assert reports == [(1, 2), (2, 2)]
+    assert reports == [(0, 2), (1, 2), (2, 2)]
     assert word_recall(page_text(doc, 1), truth("phototest.txt")) >= 0.95
     assert word_recall(page_text(doc, 2), truth("eurotext.txt")) >= 0.8
     assert "aspammer@website.com" in page_text(doc, 2)
@@ -226,13 +227,13 @@ def test_a_decompression_bomb_image_is_refused_before_it_is_decoded() -> None:
         bomb = bilevel_png(width, height)
         assert len(bomb) < 1 << 20  # a megabyte declaring up to 1.6 gigapixels
         assert sniff_kind(bomb, "bomb.png") is DocumentKind.PNG
-        started = time.perf_counter()
+        started = time.process_time()  # CPU seconds: the cost, not the machine's load
         with pytest.raises(ParseFailure) as caught:
             parse_document(bomb, DocumentKind.PNG)
         assert caught.value.code is ErrorCode.PARSE_ERROR
         assert "decompression bomb" in caught.value.reason
         assert "\n" not in caught.value.reason and "/" not in caught.value.reason
-        assert time.perf_counter() - started < 5  # refused from its header, not decoded
+        assert time.process_time() - started < 5  # refused from its header, not decoded
 
 
 def tiny_tiff(frames: int) -> bytes:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.message import Message
+from textual.notifications import Notify
 from textual.pilot import Pilot
 
 from core import ChunkRecord, ErrorCode, Ledger, Settings, Stage, TaskView, sqlite_url
@@ -307,6 +309,20 @@ def _for_the_apps_loop(built: Seeded) -> Iterator[Seeded]:
     )
     yield Seeded(ledger, built.clock, built.tasks)
     asyncio.run(ledger.close())
+
+
+class Notices:
+    """Every notification an app raised, in order: pass it as ``message_hook`` to
+    ``app.run_test``. The app's own list forgets a toast once it expires (4-5 s),
+    which a loaded machine can let pass before a test looks; and ``notify`` only posts
+    a message, so a state change made beside it (the header) can be seen first."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, message: Message) -> None:
+        if isinstance(message, Notify):
+            self.seen.append(message.notification.message)
 
 
 async def wait_for(

@@ -15,7 +15,7 @@ from textual.widgets import Log
 
 from core import Ledger, Settings, TaskStatus, sqlite_url
 from tests.hostile import make_pdf
-from tests.tui.conftest import APP_SIZE, Seeded, submit, wait_for
+from tests.tui.conftest import APP_SIZE, Notices, Seeded, submit, wait_for
 from tui.app import LEDGER_DOWN_MARK, IngestDeskApp, run_dashboard
 from tui.screens.race import RACERS, RaceScreen
 from tui.widgets.task_table import TaskTable
@@ -148,7 +148,8 @@ async def test_a_ledger_that_cannot_be_read_is_one_clean_line_until_it_can(
     settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "obj")
     async with await Ledger.open(settings) as ledger:
         app = IngestDeskApp(ledger, workers=0, poll_interval_s=POLL_S)
-        async with app.run_test(size=APP_SIZE) as pilot:
+        notices = Notices()
+        async with app.run_test(size=APP_SIZE, message_hook=notices) as pilot:
             await wait_for(pilot, lambda: app.poller.baseline_taken, what="the baseline")
             # The database and its WAL index, overwritten in place (the connections
             # hold them open); the index too, or a connection trusts its page cache.
@@ -158,7 +159,9 @@ async def test_a_ledger_that_cannot_be_read_is_one_clean_line_until_it_can(
                 with path.open("r+b") as file:
                     file.write(b"not a database" * 512)
             await wait_for(pilot, lambda: LEDGER_DOWN_MARK in app.sub_title, what="the outage")
-            said = [n.message for n in app._notifications if "cannot read" in n.message]
+            # The notice is a message, handled after the header changed beside it.
+            await wait_for(pilot, lambda: bool(notices.seen), what="the outage's notice")
+            said = [line for line in notices.seen if "cannot read" in line]
             assert said == [
                 "cannot read the ledger: DatabaseError: file is not a database; retrying"
             ]
@@ -167,7 +170,13 @@ async def test_a_ledger_that_cannot_be_read_is_one_clean_line_until_it_can(
                     file.write(data)
                     file.truncate()
             await wait_for(pilot, lambda: LEDGER_DOWN_MARK not in app.sub_title, what="recovery")
-            assert "the ledger can be read again" in [n.message for n in app._notifications]
+            await wait_for(
+                pilot,
+                lambda: "the ledger can be read again" in notices.seen,
+                what=lambda: f"the recovery's notice, not only {notices.seen}",
+            )
+            # Each said once, though the outage lasted several failed polls.
+            assert notices.seen == [*said, "the ledger can be read again"]
             task = await submit_note(ledger, "after-the-outage.md")
             table = app.screen_stack[1].query_one(TaskTable)
             await wait_for(pilot, lambda: task in table.tasks, what="the live view")

@@ -28,7 +28,8 @@ async def test_an_80x24_terminal_shows_what_triage_needs(seeded: Seeded) -> None
     app = make_app(seeded)
     async with app.run_test(size=SMALL) as pilot:
         await ready(pilot, rows=len(seeded.tasks))
-        await pilot.pause(0.2)
+        names = ("annual-report.md", "corrupt-export.md", "provider-outage.md", "huge-scan.md")
+        await wait_for(pilot, lambda: drawn(app, seeded, *names), what="the rows drawn")
         shown = screen_text(app)
         running = row_on_screen(shown, seeded.id("annual-report.md"))
         assert "running" in running and "embedding" in running and "40/120" in running
@@ -58,15 +59,13 @@ async def test_the_side_panel_folds_away_and_i_swaps_it_in(seeded: Seeded) -> No
         assert screen.has_class("-narrow")
         assert not side.display and left.display
         assert "i" in screen.active_bindings
-        await pilot.pause(0.2)
-        assert "i Panel" in screen_text(app)
+        await wait_for(pilot, lambda: "i Panel" in screen_text(app), what="the i key")
         await pilot.press("i")
-        await pilot.pause(0.1)
-        assert side.display and not left.display
-        assert "annual-report.md" in screen_text(app)  # the running-now panel
+        await wait_for(pilot, lambda: side.display and not left.display, what="the panel")
+        # The running-now panel, once drawn.
+        await wait_for(pilot, lambda: "annual-report.md" in screen_text(app), what="its rows")
         await pilot.press("i")
-        await pilot.pause(0.1)
-        assert not side.display and left.display
+        await wait_for(pilot, lambda: not side.display and left.display, what="the table")
         assert table(app).has_focus
 
 
@@ -84,8 +83,8 @@ async def test_a_resize_switches_the_layout_both_ways(seeded: Seeded) -> None:
         assert not screen.query_one("#side").display
         assert "worker" not in tasks.column_layout.keys
         assert tasks.selected == cursor_task  # the cursor stays on its task
-        await pilot.pause(0.2)
-        assert "i Panel" in screen_text(app)  # the footer follows the breakpoint
+        # The footer follows the breakpoint (once it is drawn).
+        await wait_for(pilot, lambda: "i Panel" in screen_text(app), what="the narrow footer")
         await pilot.resize_terminal(*APP_SIZE)
         await wait_for(pilot, lambda: tasks.column_layout is WIDE, what="the wide layout")
         assert screen.query_one("#side").display
@@ -97,7 +96,11 @@ async def test_at_the_breakpoint_every_column_of_the_narrow_layout_fits(seeded: 
         app = make_app(seeded)
         async with app.run_test(size=(width, 30)) as pilot:
             await ready(pilot, rows=len(seeded.tasks))
-            await pilot.pause(0.1)
+            await wait_for(
+                pilot,
+                lambda app=app: drawn(app, seeded, "annual-report.md"),
+                what="the table drawn",
+            )
             tasks = table(app)
             side = dashboard(app).query_one("#side").display
             assert side is (width >= SIDE_PANEL_FROM)
@@ -128,10 +131,14 @@ async def test_a_wide_dashboard_shows_search_indexes_and_the_palette_hint(seeded
         assert "R Race" not in footer
         # Narrow and back: the footer follows the width.
         await pilot.resize_terminal(*SMALL)
-        await wait_for(pilot, lambda: "palette" not in footer_line(app), what="the narrow footer")
+        # Waits for the narrow footer itself: a line without "palette" may be one not
+        # drawn yet (blank, on a loaded machine).
+        await wait_for(
+            pilot,
+            lambda: "^f Search" in footer_line(app) and "palette" not in footer_line(app),
+            what=lambda: f"the narrow footer, not {footer_line(app)!r}",
+        )
         assert isinstance(app.screen, DashboardScreen) and app.screen.has_class("-narrow")
-        narrow = screen_text(app).splitlines()[-1]
-        assert "^f Search" in narrow and "palette" not in narrow
         await pilot.resize_terminal(160, 50)
         await wait_for(pilot, lambda: "palette" in footer_line(app), what="the wide footer")
         assert screen_text(app).splitlines()[-1].rstrip().endswith("^p palette")
@@ -140,6 +147,13 @@ async def test_a_wide_dashboard_shows_search_indexes_and_the_palette_hint(seeded
 
 
 COMMON_WIDTHS = (80, 100, 120, 160)  # columns
+
+
+def drawn(app: IngestDeskApp, seeded: Seeded, *names: str) -> bool:
+    """Whether the screen shows the named tasks' rows and the status counts: what a
+    test reads from the screen is there, not a frame still being drawn."""
+    shown = screen_text(app)
+    return "5 succeeded" in shown and all(seeded.id(name)[:8] in shown for name in names)
 
 
 def footer_line(app: IngestDeskApp) -> str:

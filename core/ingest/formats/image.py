@@ -41,9 +41,9 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
     from core.ingest.parse_progress import report_units
 
     out = Extracted()
-    reader = PageReader()
     with _opened(data) as image:
         pages = _page_count(image)
+        reader = PageReader(pages=pages)
         for number, frame in enumerate(_frames(image, pages), start=1):
             text, reading = reader.read(number, "", ImagePage(*frame))
             out.units = number

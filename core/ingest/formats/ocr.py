@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.ingest.formats.base import PageReading
+from core.ingest.parse_progress import report_units
 from core.states import ErrorCode, PageDecision
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ BLANK_CONTRAST = 24  # grey levels of 255
 # interrupted, so a page may overrun by a second or so); a page over it is skipped.
 OCR_PAGE_TIMEOUT_S = 60.0  # seconds
 # OCR time one document may spend in all; the pages after are skipped, with why.
-# ~100 A4 pages at 300 dpi here; below the parser pool's longest parse (300 s).
+# ~100 A4 pages at 300 dpi here; below the parser pool's longest parse (30 min).
 OCR_DOCUMENT_BUDGET_S = 240.0  # seconds
 # Bump when a rule above changes what a page yields.
 OCR_RULES_VERSION = "1"
@@ -406,8 +407,16 @@ class PageReader:
     with why, and its thin layer kept.
     """
 
-    def __init__(self, budget: OcrBudget | None = None) -> None:
+    def __init__(self, budget: OcrBudget | None = None, *, pages: int = 0) -> None:
+        """Start a document's reading.
+
+        Args:
+            budget: The document's OCR budget (``OCR_DOCUMENT_BUDGET_S`` by default).
+            pages: The document's page count; when given, a page about to be rendered
+                and read is reported started (the pages before it done).
+        """
         self.budget = budget or OcrBudget()
+        self.pages = pages
         self._missing = unavailable_reason()  # asked once: it reads the file system
         self.skipped_for_engine = 0
         self.skipped_otherwise: list[str] = []  # reasons, for an empty document's detail
@@ -436,6 +445,14 @@ class PageReader:
             )
         if self.budget.remaining <= 0:
             return layer, self._skipped(number, chars, self.budget.over_reason())
+        if self.pages and number == 1:
+            # A page for the engine takes seconds (more on a loaded machine), and the
+            # parser pool times a parse from its last report: "0 done" starts the first
+            # page's own allowance (the pool's unit_timeout_s) now, as the report after
+            # each page does for the next. The first page of a scan was otherwise left
+            # the parse's up-front budget, sized for text pages (10.5 s for one page),
+            # which a loaded 2-core machine missed.
+            report_units(0, self.pages)
         try:
             image, dpi = page.render()
         except RenderFailed as exc:

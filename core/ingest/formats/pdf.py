@@ -54,7 +54,7 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
     if count == 0:
         raise ParseFailure(ErrorCode.EMPTY_DOCUMENT, "PDF has no pages")
     out = Extracted()
-    reader = PageReader()
+    reader = PageReader(pages=count)
     renderer = PageRenderer(data)
     try:
         for number, (layer, pypdf_page) in enumerate(layers, start=1):
