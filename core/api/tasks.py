@@ -85,7 +85,9 @@ async def list_tasks(
     """``next_cursor`` continues after this page (null on the last page)."""
     task_filter = parse_filter(filter) if filter is not None else None
     reads = ledger_of(request).reads
-    turn = filtered_reads_of(request) if task_filter is not None else contextlib.nullcontext()
+    turn = (
+        filtered_reads_of(request).turn() if task_filter is not None else contextlib.nullcontext()
+    )
     async with turn:
         tasks = await reads.list_tasks(
             status=status,

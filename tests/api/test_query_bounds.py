@@ -119,3 +119,26 @@ def test_a_search_query_over_its_length_is_refused_naming_the_limit(api: Api) ->
     refused = cli(api.settings, "search", "x" * (SEARCH_QUERY_MAX + 1))
     assert refused.returncode == 2, refused
     assert f"at most {SEARCH_QUERY_MAX} characters" in refused.stderr
+
+
+async def test_filtered_reads_take_turns_and_rest_between_them() -> None:
+    """Two filtered reads never overlap, and the second starts no sooner than the
+    first's duration times the rest after the first ended: back to back, expensive
+    reads leave the server idle part of the time for every other request."""
+    import asyncio
+    import time
+
+    from core.api.context import FilteredTurns
+
+    turns = FilteredTurns(at_once=1, rest=1.0)
+    spans: list[tuple[float, float]] = []
+
+    async def read(hold_s: float) -> None:
+        async with turns.turn():
+            start = time.monotonic()
+            await asyncio.sleep(hold_s)
+            spans.append((start, time.monotonic()))
+
+    await asyncio.gather(read(0.2), read(0.0))
+    (first_start, first_end), (second_start, _) = spans
+    assert second_start >= first_end + (first_end - first_start) * 1.0 - 0.01
