@@ -72,8 +72,8 @@ def test_office_and_web_documents_are_ingested_with_their_locations(
     chapters = _cli(db_url, store, "chunks", ids["winter-sports.epub"])
     assert all(c["location"].get("headings") for c in chapters)
 
-    hits = _cli(db_url, store, "search", "--all", "Quesadilla")
+    hits = _cli(db_url, store, "search", "--mode", "keyword", "--all", "Quesadilla")
     assert [(h["filename"], h["place"]) for h in hits] == [("menu.html", "Lunch row 1")]
     assert "| **Quesadilla** | 7 |" in hits[0]["snippet"]
-    cells = _cli(db_url, store, "search", "--all", "Gamma")
+    cells = _cli(db_url, store, "search", "--mode", "keyword", "--all", "Gamma")
     assert cells and cells[0]["location"] == {"sheet": "Sheet1", "rows": [2, 24]}

@@ -631,10 +631,10 @@ def test_scans_are_ingested_by_a_worker_and_found_by_search(db_url: str, tmp_pat
     pages = _cli(db_url, store, "chunks", ids["minutes.pdf"])
     assert isinstance(pages, list)
     assert sorted({c["page"] for c in pages}) == [1, 2]
-    hits = _cli(db_url, store, "search", "--all", "archive room")
+    hits = _cli(db_url, store, "search", "--mode", "keyword", "--all", "archive room")
     assert isinstance(hits, list)
     assert [(h["filename"], h["page"]) for h in hits] == [("minutes.pdf", 1)]
-    hits = _cli(db_url, store, "search", "--all", "lazy fox")
+    hits = _cli(db_url, store, "search", "--mode", "keyword", "--all", "lazy fox")
     assert isinstance(hits, list)
     assert {(h["filename"], h["page"]) for h in hits} == {
         ("phototest.png", 1),
