@@ -394,11 +394,15 @@ class Pipeline:
                 say=say,
             )
         embedding = self.index_embedding(index)
-        for _ in range(REEMBED_READS):
-            try:
-                document = await self.ledger.reads.get_document(claim.document_id)
-            except NotFound:
-                document = None
+        # The claim read the version in its own transaction; only a read after its
+        # chunks changed under the embedding needs another round trip.
+        document = claim.document
+        for attempt in range(REEMBED_READS):
+            if attempt or document is None:
+                try:
+                    document = await self.ledger.reads.get_document(claim.document_id)
+                except NotFound:
+                    document = None
             if document is None or document.status not in SERVABLE:
                 # Deleted, rejected or withdrawn since it was queued: nothing to embed,
                 # and nothing of the version is touched.
