@@ -115,12 +115,14 @@ async def create_index(request: Request, body: CreateRequest, caller: Operator) 
     """One re-embedding task is queued per published and review-pending version;
     workers (``ingestdesk worker``) run them over the stored chunks. The index is
     ``building`` until they are done, then ``ready``; search keeps answering from the
-    active index until this one is activated."""
-    from core.ingest.embedding import index_key_for_spec
+    active index until this one is activated. ``worker_options`` names the options
+    of the spec the index does not record (they do not change the vectors): workers
+    use them only when started with the same spec (``--embedder``)."""
+    from core.ingest.embedding import index_key_for_spec, worker_options
 
     key = index_key_for_spec(body.embedder)
     progress = await ledger_of(request).campaigns.create(key, name=body.name, actor=caller.name)
-    return progress.to_dict()
+    return progress.to_dict() | {"worker_options": worker_options(body.embedder, key)}
 
 
 @router.post(

@@ -58,19 +58,25 @@ async def _show(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
 
 
 async def _create(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    from core.ingest.embedding import index_key_for_spec
+    from core.ingest.embedding import index_key_for_spec, worker_options
 
     key = index_key_for_spec(args.spec)
     progress = await ledger.campaigns.create(key, name=args.name, actor=args.actor)
-    out.emit(
-        progress.to_dict(),
-        [
-            _line(progress),
-            f"{progress.total} re-embedding tasks queued: workers run them "
-            f"(`ingestdesk worker --loop`); then `ingestdesk index activate "
-            f"{progress.index.name}`",
-        ],
-    )
+    unrecorded = worker_options(args.spec, key)
+    lines = [
+        _line(progress),
+        f"{progress.total} re-embedding tasks queued: workers run them "
+        f"(`ingestdesk worker --loop`); then `ingestdesk index activate "
+        f"{progress.index.name}`",
+    ]
+    if unrecorded:
+        # Said, never dropped in silence: a declared-resend-safe endpoint whose
+        # workers were not told so would send every lost reply to review.
+        lines.append(
+            f"not recorded in the index: {', '.join(unrecorded)} (they do not change "
+            f"the vectors): start workers with --embedder '{args.spec}' to use them"
+        )
+    out.emit(progress.to_dict() | {"worker_options": unrecorded}, lines)
 
 
 async def _resume(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:

@@ -171,6 +171,17 @@ def index_key_for_spec(spec: str) -> IndexKey:
     return index_key_of(embedder_for(EmbedderSpec.parse(spec)))
 
 
+def worker_options(spec: str, key: IndexKey) -> list[str]:
+    """The options of ``spec`` that its index does not record (an endpoint's timeout,
+    batch sizes, where its key is, the resend-safe declaration): they do not change
+    the vectors, so a re-embedding task made from the index alone runs without them.
+    A worker has them only when started with the same spec (``--embedder``)."""
+    from core.ingest.embedders import EmbedderSpec
+
+    given = EmbedderSpec.parse(spec).options
+    return sorted(k for k in given if k not in key.options and k != "dimensions")
+
+
 def embedding_for(
     provider: Embedder | RemoteProvider, ledger: Ledger, store: ObjectStore
 ) -> Embedding:
