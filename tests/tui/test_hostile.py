@@ -128,7 +128,7 @@ async def test_main_screen_shows_hostile_names_and_ids_escaped(empty: Seeded) ->
             ),
             what="the running panel and the ledger's workers",
         )
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "invoice\\u202efdp.md" in screen_text(app), what="the table")
         shown = screen_text(app)
         assert_safe(shown)
         # The table: every name escaped, markup shown as written.
@@ -162,7 +162,7 @@ async def test_failures_and_detail_show_history_escaped(empty: Seeded) -> None:
         failures = await open_failures(pilot)
         tasks = failures.query_one("#failure-tasks", DataTable)
         await wait_for(pilot, lambda: tasks.row_count == 1, what="the failed task")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "bad\\x1b[31mred" in screen_text(app), what="the row")
         shown = screen_text(app)
         assert_safe(shown)
         assert "invoice\\u202efdp.md" in shown and "bad\\x1b[31mred" in shown
@@ -173,7 +173,11 @@ async def test_failures_and_detail_show_history_escaped(empty: Seeded) -> None:
         detail = app.screen
         events = detail.query_one("#detail-events", DataTable)
         await wait_for(pilot, lambda: events.row_count == 3, what="the task's events")
-        await pilot.pause(0.2)
+        await wait_for(
+            pilot,
+            lambda: screen_text(app).count("2030-01-01 00:00:00 root") >= events.row_count,
+            what=lambda: screen_text(app),
+        )
         shown = screen_text(app)
         assert_safe(shown)
         # One row per event: the forged second line stays inside its reason cell.
@@ -186,7 +190,7 @@ async def test_failures_and_detail_show_history_escaped(empty: Seeded) -> None:
         await pilot.press("r")
         await wait_for(pilot, lambda: any(m.startswith("requeued") for m in notes(app)))
         assert f"({visible(BIDI_NAME)})" in next(m for m in notes(app) if "requeued" in m)
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "requeued" in screen_text(app), what="the toast")
         assert_safe(screen_text(app))
 
 
@@ -204,8 +208,11 @@ async def test_markup_in_names_is_shown_as_written(empty: Seeded) -> None:
         assert f"({MARKUP_NAME})" in screen_text(app)
         await pilot.press("enter")
         await wait_for(pilot, lambda: any(m.startswith("cancelled") for m in notes(app)))
-        await pilot.pause(0.3)
-        assert f"({MARKUP_NAME}); its document is a" in screen_text(app)  # the toast wraps
+        await wait_for(
+            pilot,
+            lambda: f"({MARKUP_NAME}); its document is a" in screen_text(app),  # the toast wraps
+            what=lambda: screen_text(app),
+        )
 
 
 async def test_a_filter_that_is_not_valid_markup_is_shown_as_typed(seeded: Seeded) -> None:
@@ -219,9 +226,8 @@ async def test_a_filter_that_is_not_valid_markup_is_shown_as_typed(seeded: Seede
         bar.value = "name:[/x]"
         await pilot.press("enter")
         await wait_for(pilot, lambda: not table(app).tasks, what="no task matches")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "Tasks — name:[/x]" in screen_text(app), what="the title")
         assert app.is_running
-        assert "Tasks — name:[/x]" in screen_text(app)
 
 
 async def test_pasted_control_characters_are_kept_as_escapes(seeded: Seeded) -> None:
@@ -252,7 +258,7 @@ async def test_race_log_lines_are_escaped(empty: Seeded) -> None:
         race._writer(RACERS[0])(WorkerEvent(RACERS[0], None, "failed", f"detail={EVIL_DETAIL}"))
         log = race.query_one(f"#log-{RACERS[0]}", Log)
         await wait_for(pilot, lambda: "bad\\x1b[31mred" in log.lines[-1], what="the line")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "bad\\x1b[31mred" in screen_text(app), what="it drawn")
         assert_safe(screen_text(app))
 
 

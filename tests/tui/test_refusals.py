@@ -39,7 +39,11 @@ async def test_bulk_with_no_filter_says_so_and_offers_every_task_explicitly(
         await wait_for(pilot, lambda: isinstance(app.screen, BulkScreen))
         screen = app.screen
         assert isinstance(screen, BulkScreen)
-        await pilot.pause(0.2)
+        await wait_for(
+            pilot,
+            lambda: str(screen.query_one("#bulk-scope", Static).content) != "",
+            what="the bulk scope",
+        )
         scope = str(screen.query_one("#bulk-scope", Static).content)
         assert "\n" not in scope and scope.startswith("No filter: a bulk action needs one.")
         # Nothing destructive on offer, and no dry run that can only fail.
@@ -98,7 +102,6 @@ async def test_submit_refuses_what_is_not_a_file_in_one_line_each(
             what="the refusal",
         )
         await wait_for(pilot, lambda: len(table(app).tasks) == 1, what="the good file's row")
-        await pilot.pause(0.3)
         refusal = next(n for n in app._notifications if "not submitted" in (n.title or ""))
         assert n_lines(refusal.message) == 3
         lines = refusal.message.split("\n")
@@ -106,7 +109,11 @@ async def test_submit_refuses_what_is_not_a_file_in_one_line_each(
         assert lines[1].startswith("/dev/zero") and "regular file" in lines[1]
         assert lines[2] == "[bold]gone[/].md: no such file"
         # The toast shows the name as written, not as markup.
-        assert "[bold]gone[/].md: no such file" in screen_text(app)
+        await wait_for(
+            pilot,
+            lambda: "[bold]gone[/].md: no such file" in screen_text(app),
+            what=lambda: screen_text(app),
+        )
         assert app.is_running
 
 
@@ -133,7 +140,7 @@ async def test_submit_screen_opens_on_a_folder_of_hostile_names(
         await wait_for(pilot, lambda: app.poller.baseline_taken)
         await pilot.press("s")
         await wait_for(pilot, lambda: isinstance(app.screen, SubmitScreen))
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "[/x] incoming" in screen_text(app), what="the folder")
         shown = screen_text(app)
         assert "[/x] incoming" in shown
         # Names as they are, not markup (a click on the second used to quit).
@@ -248,7 +255,7 @@ async def test_a_postgres_password_stays_out_of_the_header_and_every_message(
 
             ledger.reads.tasks_since = broken  # type: ignore[method-assign]
             await wait_for(pilot, lambda: any("was reset" in m for m in notes(app)))
-            await pilot.pause(0.3)
+            await wait_for(pilot, lambda: "was reset" in screen_text(app), what="the toast")
             assert not any(PG_PASSWORD in m for m in notes(app))
             shown = screen_text(app)
             assert ":***@" in shown and PG_PASSWORD not in shown
