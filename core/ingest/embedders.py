@@ -223,16 +223,18 @@ def _options(query: str) -> dict[str, str]:
 
 
 def _dimensions(kind: str, given: str, allowed: range | tuple[int, ...]) -> int:
-    if not given.isascii() or not given.isdigit() or len(given) > 6:
+    if not given.isascii() or not given.isdigit():
         raise _refuse(f"{kind} dimensions must be a whole number, got {given[:40]!r}")
-    value = int(given)
-    if value not in allowed:
+    # A digit string of any length is a number out of range, not "not a number"; only
+    # short ones are converted (int() of a huge string is slow by design).
+    value = int(given) if len(given) <= 9 else None
+    if value is None or value not in allowed:
         shown = (
             f"{allowed.start}-{allowed.stop - 1}"
             if isinstance(allowed, range)
             else ", ".join(map(str, allowed))
         )
-        raise _refuse(f"{kind} dimensions must be {shown}, got {value}")
+        raise _refuse(f"{kind} dimensions must be {shown}, got {given[:40]}")
     return value
 
 

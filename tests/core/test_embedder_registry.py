@@ -122,6 +122,7 @@ REFUSED = {
     "hashed:abc": "comes its dimensions (its one model is bag-of-words)",
     "hashed:0": "hashed dimensions must be 1-65536, got 0",
     "hashed:70000": "hashed dimensions must be 1-65536, got 70000",
+    "hashed:99999999999999": "hashed dimensions must be 1-65536, got 99999999999999",
     "hashed:256?": "nothing after '?'",
     "hashed:256?dimensions=128": "disagree",
     "hashed?dimensions=1&dimensions=2": "given twice",
