@@ -101,17 +101,51 @@ class CommandLine:
             dest="command", metavar="COMMAND", parser_class=CliParser
         )
         self._sub.required = default_command is None
+        self._built: set[str] = set()  # the commands whose parsers are built
 
-    def add(self, command: Command) -> argparse.ArgumentParser:
-        """Add a sub-command (after those already added); its parser, for more options."""
+    def add(self, command: Command) -> None:
+        """Add a sub-command (after those already added).
+
+        Its parser is built when it is chosen (or by :meth:`complete`): until then a
+        placeholder names and describes it for the root ``--help``. Building every
+        command's ~180 arguments was most of what ``errors`` or ``--version`` spent
+        after the imports (argparse makes a help formatter for each argument, which
+        asks the terminal's size, and looks its own words up in gettext's catalogues
+        for each parser).
+        """
         if command.name in self.commands:
             raise ValueError(f"command {command.name!r} is already defined")
-        parser: argparse.ArgumentParser = self._sub.add_parser(
-            command.name, help=command.help, description=command.help, parents=[self._common]
-        )
-        command.arguments(parser)
+        # No -h: `COMMAND --help` passes the placeholder by, to the command's parser.
+        self._sub.add_parser(command.name, help=command.help, add_help=False)
         self.commands[command.name] = command
+
+    def command_parser(self, name: str) -> argparse.ArgumentParser:
+        """The parser of the command ``name``, built now if it was not yet."""
+        parser: argparse.ArgumentParser = self._sub.choices[name]  # type: ignore[index]
+        if name in self._built:
+            return parser
+        command = self.commands[name]
+        parser = CliParser(prog=parser.prog, description=command.help, parents=[self._common])
+        command.arguments(parser)
+        self._sub.choices[name] = parser  # type: ignore[index]
+        self._built.add(name)
         return parser
+
+    def complete(self) -> argparse.ArgumentParser:
+        """The root parser with every command's parser built (for a caller that reads
+        them all, such as the tests of the reference); :meth:`run` builds only one."""
+        for name in self.commands:
+            self.command_parser(name)
+        return self.parser
+
+    def parse(self, argv: Sequence[str]) -> argparse.Namespace:
+        """``argv`` parsed: a first pass finds the command (the root's options and
+        the command's name; the rest is left over), whose parser is then built, and
+        the second pass parses everything as one parser with all of it would."""
+        found, _ = self.parser.parse_known_args(argv, namespace=Arguments())
+        if found.command is not None:
+            self.command_parser(found.command)
+        return self.parser.parse_args(argv, namespace=Arguments())
 
     def run(self, argv: Sequence[str] | None = None) -> int:
         """Parse ``argv`` (default: the process's arguments), run the command, and
@@ -126,7 +160,7 @@ class CommandLine:
         as_json = "--json" in argv
         try:
             try:
-                args = self.parser.parse_args(argv, namespace=Arguments())
+                args = self.parse(argv)
             except UsageError as exc:
                 code = usage_error(exc, as_json=as_json)
             except _ShowVersion:
@@ -288,8 +322,8 @@ def build_command_line(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m core.cli``: core's commands only."""
-    return build_command_line().parser
+    """The parser of ``python -m core.cli``: core's commands only, every one built."""
+    return build_command_line().complete()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
