@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -122,6 +123,12 @@ class Steady:
         """What the second N documents cost: T(2N) - T(N)."""
         return self.best(path, 2 * self.n) - self.best(path, self.n)
 
+    def paired_marginal(self, path: Route) -> float:
+        """The median over rounds of T(2N) - T(N) within one round (the two runs were
+        adjacent in time): a second estimate, less at the mercy of one slow run."""
+        pairs = zip(self.runs[path.label, 2 * self.n], self.runs[path.label, self.n], strict=True)
+        return statistics.median(big - small for big, small in pairs)
+
     def marginal_ratio(self, path: Route, base: Route) -> float:
         """marginal(path) / marginal(base); NaN (never a PASS) when either is not
         positive: the machine's noise was larger than the N documents' cost."""
@@ -199,6 +206,7 @@ def report(steady: Steady, paths: Sequence[Route], unit: str) -> None:
                 f"{steady.best(path, 2 * n):.2f}",
                 " / ".join(f"{s:.2f}" for s in steady.runs[path.label, 2 * n]),
                 f"{marginal:.2f}",
+                f"{steady.paired_marginal(path):.2f}",
                 f"{steady.startup(path):.2f}",
                 f"{steady.marginal_cpu(path):.2f}",
                 fmt_num(ratio(units_n, marginal), 0),
@@ -214,12 +222,17 @@ def report(steady: Steady, paths: Sequence[Route], unit: str) -> None:
             "T(2N) s",
             "T(2N) rounds",
             "marginal s",
+            "paired s",
             "start-up s",
             "marginal CPU s",
             f"marginal {unit}/s",
             f"whole {unit}/s",
         ],
         rows,
+    )
+    print(
+        "marginal = best T(2N) - best T(N) (judged); paired = the median over rounds of "
+        "T(2N) - T(N) within a round"
     )
     print(
         f"{corpus.name} start-up (2 T(N) - T(2N)): "
