@@ -1,6 +1,7 @@
 """The bare baseline as a whole process: extract the text of every page of the PDFs
-named in a list file with pypdf or pypdfium2, and nothing else. Timed from outside
-like a worker process (interpreter start-up and imports included on both sides).
+named in a list file with pypdf or pypdfium2 (any other file is decoded as UTF-8: a
+Markdown note's bare reading), and nothing else. Timed from outside like a worker
+process (interpreter start-up and imports included on both sides).
 
 Run: ``python -m bench.bare_extract pypdf|pdfium LIST_FILE``.
 """
@@ -39,7 +40,8 @@ def main(argv: list[str]) -> int:
     extract = {"pypdf": extract_pypdf, "pdfium": extract_pdfium}[parser]
     chars = 0
     for line in Path(listing).read_text(encoding="utf-8").splitlines():
-        chars += extract(Path(line).read_bytes())
+        data = Path(line).read_bytes()
+        chars += extract(data) if line.endswith(".pdf") else len(data.decode("utf-8"))
     print(chars)
     return 0 if chars > 0 else 1
 

@@ -17,15 +17,24 @@ generated; the report says which) goes
 and the row's ratio is units (or MB) per second through the worker over the bare
 library's, target >= 0.8x.
 
-Steady state: the worker side's start-up (interpreter, imports, the parser process and
-its import of the format's library) is outside the timing, measured apart by
-bench.ingest; each format's library is warmed up on both sides first. Each format has
-enough distinct copies of its files that a bare round lasts ``min_round_s``, and the
-rounds alternate bare, worker, bare, worker ...; the fastest round of each side counts,
-so a slow moment of the shared machine cannot flatter either. Rows are judged on wall
-time, as the issue words them; beside it the CPU of the bare library, of the worker
-process and of its parser process show where the time goes (on a loaded machine the
-worker's two processes get two shares of the CPUs, the bare library one).
+Steady state: each format's files are measured at N and at 2N documents (the first
+half of the copies, then all: every sample equally often in each half) on both sides,
+and a row's ratio is the marginal one, (T(2N) - T(N)) bare over (T(2N) - T(N)) worker,
+so what a worker pays once (its parser process's start and import of the format's
+library, the ledger's first statements) cancels out; the whole 2N ratio is printed
+beside. Each format's library is warmed up on both sides first. Each format has enough
+distinct copies of its files that a bare round lasts ``min_round_s``, and the rounds
+alternate bare, worker, bare, worker ...; the fastest round of each side and size
+counts, so a slow moment of the shared machine cannot flatter either. Rows are judged
+on wall time, as the issue words them; beside it the CPU of the bare library, of the
+worker process and of its parser process show where the time goes (on a loaded machine
+the worker's two processes get two shares of the CPUs, the bare library one).
+
+What a format can reach is printed with each row: the worker's fixed cost c per
+document (its marginal time a document on one-line text documents, parsed in the
+worker: a claim, progress, embedding one chunk, the finish transaction) against the
+bare library's marginal time b a document of the format: without overlap the ratio is
+at most b / (b + c), whatever the parse costs.
 
 Then the OCR rows (:mod:`bench.formats_ocr`), skipped while no OCR engine is installed.
 
@@ -36,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import math
@@ -85,6 +95,8 @@ if TYPE_CHECKING:
 RATIO_TARGET = 0.8  # worker units/s over bare library units/s, from the issue
 WORKER_CONCURRENCY = 2  # ingestdesk worker's default: the next parse overlaps the last index
 QUICK_MAX_FILE_BYTES = 300_000  # bytes; --quick leaves bigger real files out
+# One-line text documents whose marginal time a document is the worker's fixed cost.
+FIXED_DOCS, FIXED_DOCS_QUICK = 200, 20  # N (the runs take N and 2N)
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,9 @@ class FormatsPlan:
     # 872-page handbook) gets long_rounds: a long round is less at the mercy of a moment.
     long_round_s: float = 4.0
     long_rounds: int = 3
+    # What the worker embeds with: an embedder spec, or None for what `ingestdesk
+    # worker` picks on a fresh ledger (core.ingest.embedders.worker_embedder).
+    embedder: str | None = None
 
 
 FULL_FORMATS = FormatsPlan(
@@ -153,6 +168,9 @@ def build_corpus(spec: Spec, plan: FormatsPlan, real: list[Path], folder: Path) 
     copies = max(
         1, min(math.ceil(plan.min_round_s / max(once, 1e-6)), plan.max_docs // len(samples))
     )
+    # An even number, at least 2: the first half of the files (N) holds every sample
+    # as often as the second, so T(2N) - T(N) costs what T(N) does.
+    copies = max(2, copies + copies % 2)
     files = write_copies(samples, spec.kind, copies, folder)
     units = copies * sum(s.units for s in samples)
     megabytes = sum(f.stat().st_size for f in files) / 1e6
@@ -217,16 +235,34 @@ def fresh_ledger(template: Path, run_dir: Path) -> Path:
     return db_path
 
 
+def embedder_label(spec: str | None) -> str:
+    from core.ingest.embedders import default_spec
+
+    return f"embedder {spec}" if spec else f"embedder {default_spec()} (the default)"
+
+
 async def worker_round(
-    template: Path, run_dir: Path, store: Path, pool: ParserPool, worker_id: str
+    template: Path,
+    run_dir: Path,
+    store: Path,
+    pool: ParserPool,
+    worker_id: str,
+    embedder: str | None,
 ) -> WorkerRound:
     """Wall seconds for one Worker draining a fresh copy of the format's ledger."""
     from core import Ledger
+    from core.ingest.embedders import worker_embedder
     from core.ingest.worker import Worker
 
     db_path = fresh_ledger(template, run_dir)
     async with await Ledger.open(settings_for(db_path, store)) as ledger:
-        worker = Worker(ledger, worker_id, pool=pool, concurrency=WORKER_CONCURRENCY)
+        worker = Worker(
+            ledger,
+            worker_id,
+            pool=pool,
+            concurrency=WORKER_CONCURRENCY,
+            embedder=await worker_embedder(ledger, embedder),
+        )
         # As ingestdesk worker does once started (core/gc_tuning.py): start-up objects,
         # here the bench's own, are not the collector's business during the run.
         gc.collect()
@@ -248,48 +284,68 @@ async def worker_round(
 
 @dataclass
 class FormatResult:
+    """A format's rounds at N and 2N documents, bare and through the worker."""
+
     spec: Spec
     corpus: FormatCorpus
-    bare_s: list[float] = field(default_factory=list)
-    bare_cpu_s: list[float] = field(default_factory=list)
-    worker: list[WorkerRound] = field(default_factory=list)
+    bare_s: dict[int, list[float]] = field(default_factory=dict)
+    bare_cpu_s: dict[int, list[float]] = field(default_factory=dict)
+    worker: dict[int, list[WorkerRound]] = field(default_factory=dict)
 
     @property
-    def best_bare(self) -> float:
-        return min(self.bare_s)
+    def n(self) -> int:
+        return len(self.corpus.files) // 2
 
-    @property
-    def least_cpu_round(self) -> WorkerRound:
+    def best_bare(self, size: int) -> float:
+        return min(self.bare_s[size])
+
+    def best_round(self, size: int) -> WorkerRound:
+        return min(self.worker[size], key=lambda r: r.seconds)
+
+    def least_cpu_round(self, size: int) -> WorkerRound:
         """The worker round that used least CPU: compared with the bare round that did
         (a loaded machine inflates CPU time too, sharing cores and caches)."""
-        return min(self.worker, key=lambda r: r.worker_cpu_s + r.parser_cpu_s)
+        return min(self.worker[size], key=lambda r: r.worker_cpu_s + r.parser_cpu_s)
+
+    @property
+    def marginal_bare(self) -> float:
+        return self.best_bare(2 * self.n) - self.best_bare(self.n)
+
+    @property
+    def marginal_worker(self) -> float:
+        return self.best_round(2 * self.n).seconds - self.best_round(self.n).seconds
+
+    def marginal_cpu(self) -> tuple[float, float, float]:
+        """(bare, worker process, parser process) CPU seconds of the second N."""
+        big, small = self.least_cpu_round(2 * self.n), self.least_cpu_round(self.n)
+        bare = min(self.bare_cpu_s[2 * self.n]) - min(self.bare_cpu_s[self.n])
+        return bare, big.worker_cpu_s - small.worker_cpu_s, big.parser_cpu_s - small.parser_cpu_s
 
     @property
     def cpu_ratio(self) -> float:
-        """Bare CPU over the worker's and its parser process's: what the pipeline's
-        work costs in all, whether or not it ran beside the parse."""
-        least = self.least_cpu_round
-        return ratio(min(self.bare_cpu_s), least.worker_cpu_s + least.parser_cpu_s)
-
-    @property
-    def best_round(self) -> WorkerRound:
-        return min(self.worker, key=lambda r: r.seconds)
-
-    @property
-    def best_worker(self) -> float:
-        return self.best_round.seconds
+        """Bare CPU over the worker's and its parser process's, marginal: what the
+        pipeline's work costs in all, whether or not it ran beside the parse."""
+        bare, worker, parser = self.marginal_cpu()
+        return ratio(bare, worker + parser)
 
     @property
     def ratio(self) -> float:
-        """Worker units/s over bare units/s: the same files on both sides."""
-        return ratio(self.best_bare, self.best_worker)
+        """Worker units/s over bare units/s in steady state: marginal time over
+        marginal time on the same files; NaN when noise made either not positive."""
+        bare, worker = self.marginal_bare, self.marginal_worker
+        return bare / worker if bare > 0 and worker > 0 else float("nan")
+
+    @property
+    def whole_ratio(self) -> float:
+        return ratio(self.best_bare(2 * self.n), self.best_round(2 * self.n).seconds)
 
     @property
     def ok(self) -> bool:
-        return all(r.succeeded == len(self.corpus.files) for r in self.worker)
+        return all(r.succeeded == size for size, rounds in self.worker.items() for r in rounds)
 
     def per_s(self, seconds: float) -> str:
-        amount = self.corpus.megabytes if self.spec.unit == "MB" else self.corpus.units
+        """The second half's units (or MB) per second."""
+        amount = (self.corpus.megabytes if self.spec.unit == "MB" else self.corpus.units) / 2
         digits = 2 if self.spec.unit == "MB" else 1
         return f"{fmt_num(ratio(amount, seconds), digits)} {self.spec.unit}/s"
 
@@ -303,39 +359,84 @@ async def measure_all(
     results = []
     async with ParserPool(workers=1) as pool:
         for spec, corpus in corpora:
-            template = workdir / "templates" / f"{spec.kind}.db"
-            template.parent.mkdir(parents=True, exist_ok=True)
-            await submit_all(template, store, corpus.files)
+            n = len(corpus.files) // 2
+            templates = {}
+            for size in (n, 2 * n):
+                templates[size] = workdir / "templates" / f"{spec.kind}-{size}.db"
+                templates[size].parent.mkdir(parents=True, exist_ok=True)
+                await submit_all(templates[size], store, corpus.files[:size])
             # The parser process imports the format's library on its first document.
             await pool.parse(corpus.files[0].read_bytes(), spec.kind)
             bare_round(spec, corpus.files[:1])
             result = FormatResult(spec, corpus)
-            first_wall, first_cpu = bare_round(spec, corpus.files)
-            result.bare_s.append(first_wall)
-            result.bare_cpu_s.append(first_cpu)
+            first_wall, _ = bare_round(spec, corpus.files)
             long = first_wall > plan.long_round_s
             rounds = min(plan.rounds, plan.long_rounds) if long else plan.rounds
-            for n in range(rounds):
-                if n > 0:
-                    wall, cpu = bare_round(spec, corpus.files)
-                    result.bare_s.append(wall)
-                    result.bare_cpu_s.append(cpu)
-                result.worker.append(
-                    await worker_round(
-                        template,
-                        workdir / f"run-{spec.kind}-{n}",
-                        store,
-                        pool,
-                        f"bench-{spec.kind}-{n}",
+            for r in range(rounds):
+                for size in (n, 2 * n):
+                    wall, cpu = bare_round(spec, corpus.files[:size])
+                    result.bare_s.setdefault(size, []).append(wall)
+                    result.bare_cpu_s.setdefault(size, []).append(cpu)
+                    result.worker.setdefault(size, []).append(
+                        await worker_round(
+                            templates[size],
+                            workdir / f"run-{spec.kind}-{r}-{size}",
+                            store,
+                            pool,
+                            f"bench-{spec.kind}-{r}-{size}",
+                            plan.embedder,
+                        )
                     )
-                )
             print(
-                f"{spec.label}: bare {'/'.join(f'{s:.2f}' for s in result.bare_s)} s, "
-                f"worker {'/'.join(f'{r.seconds:.2f}' for r in result.worker)} s",
+                f"{spec.label}: bare N/2N {result.best_bare(n):.2f}/{result.best_bare(2 * n):.2f} "
+                f"s, worker N/2N {result.best_round(n).seconds:.2f}/"
+                f"{result.best_round(2 * n).seconds:.2f} s ({load_line()})",
                 flush=True,
             )
             results.append(result)
     return results
+
+
+def ceiling(result: FormatResult, fixed_s: float) -> float:
+    """b / (b + c): the most a worker can reach on this format without overlapping its
+    fixed cost c a document with the parse (b: the bare library's time a document)."""
+    b = result.marginal_bare / result.n
+    return ratio(b, b + fixed_s) if b > 0 else float("nan")
+
+
+async def fixed_cost_s(workdir: Path, n: int, rounds: int, embedder: str | None) -> float:
+    """The worker's marginal seconds a document on one-line text documents (parsed in
+    the worker, one chunk each): what every document costs the pipeline, whatever its
+    format (claim, progress, embedding, the finish transaction)."""
+    from core.ingest.parse_pool import ParserPool
+
+    folder = workdir / "fixed"
+    folder.mkdir(parents=True)
+    files = []
+    for i in range(2 * n):
+        path = folder / f"line-{i:05d}.txt"
+        path.write_text(f"one line of text, number {i}\n", encoding="utf-8")
+        files.append(path)
+    store = workdir / "objects"
+    templates = {}
+    for size in (n, 2 * n):
+        templates[size] = workdir / "templates" / f"fixed-{size}.db"
+        templates[size].parent.mkdir(parents=True, exist_ok=True)
+        await submit_all(templates[size], store, files[:size])
+    best: dict[int, float] = {}
+    async with ParserPool(workers=1) as pool:
+        for r in range(rounds):
+            for size in (n, 2 * n):
+                got = await worker_round(
+                    templates[size],
+                    folder / f"run-{r}-{size}",
+                    store,
+                    pool,
+                    f"fixed-{r}-{size}",
+                    embedder,
+                )
+                best[size] = min(best.get(size, math.inf), got.seconds)
+    return (best[2 * n] - best[n]) / n
 
 
 # --- the run ----------------------------------------------------------------------------
@@ -369,11 +470,21 @@ def run_formats(plan: FormatsPlan, workdir: Path, corpora: Path | None = None) -
         size = f"{len(corpus.files)} documents, {corpus.megabytes:.2f} MB"
         print(f"  {spec.label}: {corpus.source}; {size}")
     results = asyncio.run(measure_all(built, plan, workdir))
+    fixed_s = asyncio.run(
+        fixed_cost_s(
+            workdir,
+            FIXED_DOCS_QUICK if plan.rounds == 1 else FIXED_DOCS,
+            plan.rounds,
+            plan.embedder,
+        )
+    )
     print(flush=True)
     print_table(
-        f"formats: one worker (in-process Worker, concurrency {WORKER_CONCURRENCY}, one parser "
-        f"process, SQLite ledger) against the bare library in this process; best of "
-        f"{plan.rounds} alternating rounds each side"
+        f"formats in steady state: one worker (in-process Worker, concurrency "
+        f"{WORKER_CONCURRENCY}, one parser process, SQLite ledger, "
+        f"{embedder_label(plan.embedder)}) against "
+        f"the bare library in this process, at N and 2N documents; best of {plan.rounds} "
+        "alternating rounds each side and size"
         + (
             f" ({plan.long_rounds} where a bare round lasts over {plan.long_round_s:g} s)"
             if plan.long_rounds < plan.rounds
@@ -381,17 +492,18 @@ def run_formats(plan: FormatsPlan, workdir: Path, corpora: Path | None = None) -
         ),
         [
             "format",
-            "docs",
+            "docs 2N",
             "units",
             "MB",
-            "bare s",
-            "worker s",
+            "bare T(2N)-T(N)",
+            "worker T(2N)-T(N)",
             "bare rate",
             "worker rate",
             "ratio",
-            "bare CPU s",
-            "worker CPU s",
-            "parser CPU s",
+            "whole 2N",
+            "b ms/doc",
+            "ceiling b/(b+c)",
+            "CPU bare/worker/parser",
             "CPU ratio",
             "idle",
         ],
@@ -401,16 +513,17 @@ def run_formats(plan: FormatsPlan, workdir: Path, corpora: Path | None = None) -
                 len(r.corpus.files),
                 r.corpus.units if r.spec.unit != "MB" else "",
                 f"{r.corpus.megabytes:.2f}",
-                f"{r.best_bare:.3f}",
-                f"{r.best_worker:.3f}",
-                r.per_s(r.best_bare),
-                r.per_s(r.best_worker),
+                f"{r.marginal_bare:.3f}",
+                f"{r.marginal_worker:.3f}",
+                r.per_s(r.marginal_bare),
+                r.per_s(r.marginal_worker),
                 fmt_ratio(r.ratio),
-                f"{min(r.bare_cpu_s):.2f}",
-                f"{r.least_cpu_round.worker_cpu_s:.2f}",
-                f"{r.least_cpu_round.parser_cpu_s:.2f}",
+                fmt_ratio(r.whole_ratio),
+                f"{1000 * r.marginal_bare / r.n:.2f}",
+                fmt_ratio(ceiling(r, fixed_s)),
+                "/".join(f"{c:.2f}" for c in r.marginal_cpu()),
                 fmt_ratio(r.cpu_ratio),
-                f"{100 * r.best_round.machine_idle:.0f}%",
+                f"{100 * r.best_round(2 * r.n).machine_idle:.0f}%",
             )
             for r in results
         ],
@@ -418,24 +531,33 @@ def run_formats(plan: FormatsPlan, workdir: Path, corpora: Path | None = None) -
     print(
         "bare = the library alone: "
         + "; ".join(f"{spec.label} {spec.library}" for spec in SPECS)
-        + ". worker CPU = this process (event loop, aiosqlite's thread: ledger, chunks, "
-        "embedding, search index); parser CPU = the parser process (parse + chunking); "
-        "CPU ratio = bare CPU / (worker + parser CPU), each the round that used least; "
-        "idle = share of the machine's CPU left idle during the fastest worker round "
-        "(near 0%: other load competed)."
+        + ". Rates are of the second N documents (marginal); whole 2N = the ratio of the "
+        "whole 2N runs. b = the bare library's marginal time a document; c = the worker's "
+        f"fixed cost a document, {1000 * fixed_s:.2f} ms (marginal, one-line text "
+        "documents); without overlap a worker reaches at most b/(b+c). CPU = marginal CPU "
+        "seconds of the bare library, of this process (event loop, aiosqlite's thread: "
+        "ledger, chunks, embedding, search index) and of the parser process (parse + "
+        "chunking); CPU ratio = bare / (worker + parser); idle = share of the machine's CPU "
+        "left idle during the fastest 2N worker round (near 0%: other load competed)."
     )
     targets = []
     for r in results:
-        per_doc_ms = 1000 * (r.best_worker - r.best_bare) / len(r.corpus.files)
+        per_doc_ms = 1000 * (r.marginal_worker - r.marginal_bare) / r.n
         print_ratio(
             f"formats {r.spec.label}, worker / bare {r.spec.unit}/s",
             r.ratio,
-            f"wall clock, higher is better; {len(r.corpus.files)} documents, "
-            f"{r.corpus.megabytes:.2f} MB; the worker adds {per_doc_ms:.1f} ms a document; "
-            f"per CPU-second {fmt_ratio(r.cpu_ratio)}",
+            f"marginal (T(2N)-T(N)), higher is better; whole 2N {fmt_ratio(r.whole_ratio)}; "
+            f"N = {r.n} documents; the worker adds {per_doc_ms:.1f} ms a document "
+            f"(fixed cost c {1000 * fixed_s:.1f} ms); ceiling b/(b+c) "
+            f"{fmt_ratio(ceiling(r, fixed_s))}; per CPU-second {fmt_ratio(r.cpu_ratio)}",
         )
         if not r.ok:
-            bad = {k: v for k, v in r.worker[-1].outcomes.items() if k != "succeeded"}
+            bad = {
+                k: v
+                for rounds in r.worker.values()
+                for k, v in rounds[-1].outcomes.items()
+                if k != "succeeded"
+            }
             print(f"WARNING formats {r.spec.label}: not every document succeeded: {bad}")
         targets.append(
             Target(f"formats {r.spec.label}: worker / bare library", r.ratio, RATIO_TARGET, ">=")
@@ -456,13 +578,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--corpora", type=Path, help="folder of real corpora (formats/, real-pdfs/)"
     )
+    parser.add_argument(
+        "--embedder", help="the worker's embedder spec (default: ingestdesk worker's)"
+    )
     args = parser.parse_args(argv)
     compile_bytecode()
     workdir = Path(tempfile.mkdtemp(prefix="bench-formats-", dir=args.dir))
     started = time.perf_counter()
     try:
         print_header("bench.formats", args.quick, workdir)
-        targets = run_formats(QUICK_FORMATS if args.quick else FULL_FORMATS, workdir, args.corpora)
+        plan = dataclasses.replace(
+            QUICK_FORMATS if args.quick else FULL_FORMATS, embedder=args.embedder
+        )
+        targets = run_formats(plan, workdir, args.corpora)
         print(flush=True)
         print_targets(targets)
     finally:

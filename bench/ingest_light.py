@@ -1,14 +1,16 @@
-"""bench.ingest, light pages and pypdfium2: one worker process against bare parser
-processes, both timed as whole processes, on two corpora.
+"""bench.ingest, light pages, pypdfium2 and small documents in steady state
+(:mod:`bench.ingest_steady`: whole processes on N and 2N documents, marginal against
+marginal), on three corpora:
 
 * **light**: PDFs whose pages hold ~1.8 kB of text (as fpdf2 or a plain LaTeX article
   make them), where pypdf's own parse is cheap and the pipeline's per-page costs show;
-* **large**: bench.ingest's large corpus (~4.5 kB a page), where pypdf dominates.
+* **large**: bench.ingest's large corpus (~4.5 kB a page), where pypdf dominates;
+* **small**: bench.ingest's one-page PDFs and Markdown notes.
 
-For each: ``python -m bench.bare_extract pypdf`` (and ``pdfium``) over every file, one
-``ingestdesk worker --until-idle`` (and ``--parser pdfium``), two bare processes on the
-two halves of the files against two worker processes. Rounds are interleaved and the
-best of each path counts, so a slow moment of the machine cannot flatter either side.
+For each PDF corpus: ``python -m bench.bare_extract pypdf`` (and ``pdfium``) over the
+files, one ``ingestdesk worker --until-idle`` (and ``--parser pdfium``), two bare
+processes on the two halves of the files against two worker processes; workers with
+the default embedder and with the hashed one.
 
 Then where a light page's time goes, from an in-process Worker on a sample with every
 stage timed: the parse and chunking (measured again in this process on the same files),
@@ -25,8 +27,6 @@ import asyncio
 import io
 import random
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,25 +34,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import Target, fmt_ratio, print_ratio, print_table, python_env, ratio
-from bench.ingest_runs import Corpus, run_workers, settings_for, submit_all
+from bench.common import Target, print_table
+from bench.ingest_runs import Corpus, settings_for, submit_all
+from bench.ingest_steady import PDF_PATHS, SMALL_PATHS, measure, pdf_targets, report, small_targets
 from core import Ledger
 
 LIGHT_LINES_PER_PAGE = 20  # lines of 13 words: ~1.8 kB of text a page
 WORDS_PER_LINE = 13
 LIGHT_SEED = 2_024
-BARE_TIMEOUT_S = 1_800.0  # seconds
 
 
 @dataclass(frozen=True)
 class LightPlan:
-    docs: int
+    docs: int  # 2N: the steady-state runs take the first half (N) and all of them
     pages: int
     rounds: int
     sample: int  # documents run in-process for the breakdown
+    steady_large: bool = False  # the large corpus in steady state too
 
 
-FULL_LIGHT = LightPlan(docs=100, pages=20, rounds=3, sample=20)
+FULL_LIGHT = LightPlan(docs=100, pages=20, rounds=2, sample=20)
 QUICK_LIGHT = LightPlan(docs=16, pages=10, rounds=1, sample=4)
 
 
@@ -76,99 +77,6 @@ def make_light_corpus(root: Path, plan: LightPlan) -> Corpus:
         path.write_bytes(make_pdf(pages))
         files.append(path)
     return Corpus("light", files, plan.docs * plan.pages)
-
-
-# --- whole-process runs ----------------------------------------------------------------
-
-
-def bare_processes(parser: str, groups: Sequence[Sequence[Path]], run_dir: Path) -> float:
-    """Wall seconds for one bare extraction process per group, started together."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    procs = []
-    start = time.perf_counter()
-    for i, group in enumerate(groups):
-        listing = run_dir / f"bare-{parser}-{len(groups)}-{i}.txt"
-        listing.write_text("\n".join(str(p) for p in group), encoding="utf-8")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "bench.bare_extract", parser, str(listing)],
-                stdout=subprocess.DEVNULL,
-                env=python_env(),
-            )
-        )
-    for proc in procs:
-        if proc.wait(BARE_TIMEOUT_S) != 0:
-            raise RuntimeError(f"bare {parser} extraction failed ({proc.returncode})")
-    return time.perf_counter() - start
-
-
-@dataclass
-class Paths:
-    """Best-of-rounds wall seconds per path."""
-
-    runs: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-
-    def add(self, label: str, seconds: float) -> None:
-        self.runs[label].append(seconds)
-
-    def best(self, label: str) -> float:
-        return min(self.runs[label])
-
-
-def compare(corpus: Corpus, template: Path, store: Path, run_dir: Path, rounds: int) -> Paths:
-    """The six paths over ``corpus``, ``rounds`` times, interleaved."""
-    halves = [corpus.files[0::2], corpus.files[1::2]]
-    paths = Paths()
-    for r in range(rounds):
-        here = run_dir / f"round-{r}"
-        paths.add("bare pypdf x1", bare_processes("pypdf", [corpus.files], here))
-        one = run_workers(f"{corpus.name}-{r}-1", template, store, here / "w1", 1, corpus)
-        paths.add("worker x1", one.seconds)
-        paths.add("bare pdfium x1", bare_processes("pdfium", [corpus.files], here))
-        pdfium = run_workers(
-            f"{corpus.name}-{r}-p", template, store, here / "wp", 1, corpus, ("--parser", "pdfium")
-        )
-        paths.add("worker --parser pdfium x1", pdfium.seconds)
-        paths.add("bare pypdf x2 (halves)", bare_processes("pypdf", halves, here))
-        two = run_workers(f"{corpus.name}-{r}-2", template, store, here / "w2", 2, corpus)
-        paths.add("worker x2", two.seconds)
-        for run in (one, pdfium, two):
-            if not run.ok:
-                raise RuntimeError(f"{run.label}: {run.after.succeeded}/{run.docs} succeeded")
-        print(f"{corpus.name}: round {r + 1}/{rounds} done", flush=True)
-    return paths
-
-
-RATIOS = (
-    ("worker x1", "bare pypdf x1", 1.15),
-    ("worker --parser pdfium x1", "bare pdfium x1", 1.35),
-    ("worker x2", "bare pypdf x2 (halves)", 1.35),
-)
-
-
-def report(corpus: Corpus, paths: Paths) -> list[Target]:
-    rows = []
-    for label, runs in paths.runs.items():
-        rows.append(
-            [
-                label,
-                f"{min(runs):.2f}",
-                " / ".join(f"{s:.2f}" for s in runs),
-                f"{corpus.pages / min(runs):,.0f}",
-            ]
-        )
-    print_table(
-        f"{corpus.name} corpus: {len(corpus.files)} PDFs, {corpus.pages:,} pages; whole "
-        "processes, wall seconds (best counts)",
-        ["path", "best s", "rounds", "pages/s"],
-        rows,
-    )
-    targets = []
-    for path, base, goal in RATIOS:
-        value = ratio(paths.best(path), paths.best(base))
-        print_ratio(f"{corpus.name}: {path} / {base}", value, "wall clock, lower is better")
-        targets.append(Target(f"{corpus.name}: {path} / {base}", value, goal, "<="))
-    return targets
 
 
 # --- where a light page's time goes ---------------------------------------------------
@@ -352,29 +260,34 @@ def _share(line: Timeline, name: str) -> str:
 
 
 def run_light(
-    plan: LightPlan, heavy: Corpus, heavy_template: Path, store: Path, workdir: Path
+    plan: LightPlan, heavy: Corpus, small: Corpus, store: Path, workdir: Path
 ) -> list[Target]:
-    """Both corpora through the six paths, then the light breakdown. Returns the
-    targets for bench.ingest's table."""
+    """The light, large and small corpora in steady state, then the light breakdown.
+    Returns the targets for bench.ingest's table."""
     started = time.perf_counter()
     light = make_light_corpus(workdir / "corpus-light", plan)
-    template = workdir / "templates" / "light.db"
-    template.parent.mkdir(parents=True, exist_ok=True)
-    asyncio.run(submit_all(template, store, light.files))
     print(
         f"light corpus: {plan.docs} PDFs x {plan.pages} pages, made in "
         f"{time.perf_counter() - started:.1f} s",
         flush=True,
     )
     targets: list[Target] = []
-    for corpus, tmpl in ((light, template), (heavy, heavy_template)):
-        paths = compare(corpus, tmpl, store, workdir / f"compare-{corpus.name}", plan.rounds)
-        targets += report(corpus, paths)
+    # The large corpus's steady state only with --steady-large (bench.ingest prints its
+    # whole-process rows): each corpus's rounds take ~15 min on the loaded machine.
+    for corpus in (light, heavy) if plan.steady_large else (light,):
+        steady = measure(corpus, PDF_PATHS, store, workdir / f"steady-{corpus.name}", plan.rounds)
+        report(steady, PDF_PATHS, "pages")
+        targets += pdf_targets(steady)
+        print(flush=True)
+    steady = measure(small, SMALL_PATHS, store, workdir / "steady-small", plan.rounds)
+    report(steady, SMALL_PATHS, "docs")
+    targets += small_targets(steady)
+    print(flush=True)
     (workdir / "breakdown").mkdir(parents=True, exist_ok=True)
     asyncio.run(breakdown(light, store, workdir / "breakdown", plan.sample))
     print(
-        f"(light and heavy comparisons took {time.perf_counter() - started:.0f} s; "
-        f"{fmt_ratio(1.0)} means as fast as bare)",
+        f"(steady-state comparisons took {time.perf_counter() - started:.0f} s; "
+        "1.000x means as fast as bare)",
         flush=True,
     )
     return targets

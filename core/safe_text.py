@@ -34,8 +34,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-
-from confusable_homoglyphs import confusables as _confusables
+from typing import Any
 
 from core.errors import BadInput
 
@@ -47,6 +46,16 @@ IDENTIFIER_MAX = 128  # characters of a worker id or an actor
 _INVISIBLE = re.compile(
     "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]"
 )
+
+
+@functools.cache
+def _confusables() -> Any:  # the module; it ships no type hints
+    """confusable-homoglyphs, imported on first use: its import reads Unicode's tables
+    and pulls in urllib and email (~20 ms), which every command would pay at start-up
+    (:func:`visible` is on every output path) while only a name check needs it."""
+    from confusable_homoglyphs import confusables
+
+    return confusables
 
 
 def _safe(text: str) -> bool:
@@ -109,7 +118,8 @@ def normal_name(value: str, what: str) -> str:
     holding unsafe characters, or mixing scripts (see the module's docstring)."""
     name = unicodedata.normalize("NFKC", value).strip()
     check_identifier(name, what)
-    if _confusables.is_mixed_script(name, allowed_aliases=SHARED_SCRIPTS):
+    # ASCII letters are all one script (Latin), so an ASCII name cannot mix scripts.
+    if not name.isascii() and _confusables().is_mixed_script(name, allowed_aliases=SHARED_SCRIPTS):
         raise BadInput(
             f"{what} '{visible(name)}' mixes scripts (such as Latin and Cyrillic), which "
             "makes it look like another name; write it in one script"
@@ -136,7 +146,7 @@ def _prototype(ch: str) -> str:
     same for every member of a class of ASCII look-alikes (``l``, ``1``, ``I``, ``|``)."""
     if ch.isascii():
         return _ascii_class(ch)
-    for glyph in _confusables.confusables_data.get(ch, ()):
+    for glyph in _confusables().confusables_data.get(ch, ()):
         text = glyph["c"]
         if text.isascii() and text.isprintable():
             return "".join(_ascii_class(c) for c in text)
@@ -149,7 +159,7 @@ def _ascii_class(ch: str) -> str:
     (the data lists pairs, not always both ways: the class is their closure)."""
     seen, todo = {ch}, [ch]
     while todo:
-        for glyph in _confusables.confusables_data.get(todo.pop(), ()):
+        for glyph in _confusables().confusables_data.get(todo.pop(), ()):
             other = glyph["c"]
             if len(other) == 1 and other.isascii() and other.isprintable() and other not in seen:
                 seen.add(other)

@@ -41,6 +41,10 @@ EXPECTED_LINES = {
         # The README's bench.ingest runs the formats rows too (all of them: bench.formats).
         "ratio formats PDF, worker / bare pages/s:",
     ),
+    "bench.startup": (
+        "ratio start-up --version / python -c pass:",
+        "ratio start-up worker: exec to first claim / python -c pass:",
+    ),
     "bench.campaign": (
         "ratio ingestion through one worker / bare model chunks/s:",
         "ratio re-embedding campaign / bare model chunks/s:",

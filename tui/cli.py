@@ -188,8 +188,8 @@ def build_command_line() -> CommandLine:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of the installed ``ingestdesk`` command."""
-    return build_command_line().parser
+    """The parser of the installed ``ingestdesk`` command, every command's built."""
+    return build_command_line().complete()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,6 @@ installed ``ingestdesk`` (:mod:`tui.cli`) does with the dashboard's."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -67,6 +66,10 @@ def on_ledger(
     """
 
     def run(args: argparse.Namespace, out: Output) -> int:
+        # Imported here: asyncio's import is ~10 ms that --help, --version and errors
+        # (which build every command's parser) must not pay.
+        import asyncio
+
         creates = create(args) if callable(create) else create
         asyncio.run(_with_ledger(handler, args, out, creates))
         return EXIT_OK

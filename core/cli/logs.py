@@ -33,17 +33,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TextIO
 
+from core.cli.output import DEBUG_ENV
 from core.safe_text import visible
 
 if TYPE_CHECKING:
     from core.ingest.worker import WorkerEvent
 
 LOGGER_NAME = "ingestdesk.worker"
-LOG_FORMATS = ("text", "json")
 SHORT_ID = 8  # characters of a task id in a text line, as the dashboard shows it
-# Set (to anything) for tracebacks, for a bug report: a log record's (here) and an
-# unexpected exception's (core.cli.app); never shown by default.
-DEBUG_ENV = "INGESTDESK_DEBUG"
 # Event kinds that say a task was taken away or failed, and the first word of the
 # pipeline's lines that say how an attempt ended badly ("failed task=…",
 # "retry_wait task=… error_code=…", "lost task=…").

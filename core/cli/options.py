@@ -157,7 +157,7 @@ def common_options(*, top_level: bool) -> CliParser:
     common.add_argument(
         "--store", default=default(None), help="object store folder (env INGESTDESK_STORE)"
     )
-    # None: filled by default_actor() once the command line is parsed (see there).
+    # None: filled by default_actor() when a command opens the ledger (fill_actor).
     common.add_argument(
         "--actor",
         type=identifier("actor", actor_name),

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
     from core.ledger import DocumentView, TaskView
 
 PROG = "ingestdesk"  # the name errors and usage lines are printed under
+# Set (to anything) for tracebacks, for a bug report: a worker log record's
+# (core.cli.logs) and an unexpected exception's (core.cli.app); never shown by default.
+# Here, not in core.cli.logs, so the command line is built without importing logging.
+DEBUG_ENV = "INGESTDESK_DEBUG"
+LOG_FORMATS = ("text", "json")  # a worker's --log-format
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl+C

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import socket
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
@@ -16,6 +14,8 @@ from core.safe_text import visible
 from core.states import Role
 
 if TYPE_CHECKING:
+    import socket
+
     from core.ledger import Ledger
 
 DEFAULT_HOST = "127.0.0.1"
@@ -69,6 +69,10 @@ def run_serve(args: argparse.Namespace, out: Output) -> int:
     """Open the ledger, refuse an open server on a public address, then serve until
     SIGINT/SIGTERM (the requests in flight get a few seconds to finish, see
     :mod:`core.api.server`, then the app closes the ledger)."""
+    # Imported here, as the API's own modules are: the command line builds this
+    # command's parser for every command, and asyncio's import is ~10 ms.
+    import asyncio
+
     from core.api import create_app
     from core.api.auth import is_loopback
     from core.api.bodies import BodyLimits
@@ -115,6 +119,8 @@ def run_serve(args: argparse.Namespace, out: Output) -> int:
 
 def _listen(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host``:``port``, or one line saying why not."""
+    import socket
+
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:

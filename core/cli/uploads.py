@@ -11,7 +11,6 @@ prints says which.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import threading
 from collections.abc import Callable
@@ -23,7 +22,6 @@ from core.cli.options import settings_from_args
 from core.cli.output import EXIT_OK, Interrupted, Output
 from core.config import Settings
 from core.errors import BadInput, IngestDeskError, NotFound
-from core.store import track_created
 
 if TYPE_CHECKING:
     from core.ledger import DocumentView, Ledger, TaskView
@@ -150,6 +148,10 @@ def batch_runner(*, submit: bool) -> Runner:
     """The runner of ``upload`` (``submit=False``) or ``add`` (``submit=True``)."""
 
     def run(args: argparse.Namespace, out: Output) -> int:
+        # asyncio and the store are imported once a batch runs, here and below: every
+        # command builds this command's parser, and --help must not pay for them.
+        import asyncio
+
         check_replaces(args)
         settings = settings_from_args(args)
         stdin = read_stdin_first(args, settings.max_upload_bytes)
@@ -200,6 +202,8 @@ async def _add_batch(
     *,
     submit: bool,
 ) -> None:
+    from core.store import track_created
+
     # The originals this batch stores new: the only ones it may take back.
     with track_created() as stored_new:
         await _add_tracked(settings, args, out, ids, stdin, stored_new, submit=submit)
@@ -215,6 +219,8 @@ async def _add_tracked(
     *,
     submit: bool,
 ) -> None:
+    import asyncio
+
     from core.ledger import Ledger
 
     stop = threading.Event()

@@ -20,7 +20,6 @@ worker claim every queued task and fail each with ``internal_error``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import math
 import signal
@@ -28,27 +27,20 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from core.cli.command import Command
-from core.cli.logs import LOG_FORMATS, worker_log
 from core.cli.options import identifier, seconds, settings_from_args, whole_number
-from core.cli.output import EXIT_INTERRUPTED, EXIT_OK, Output
+from core.cli.output import EXIT_INTERRUPTED, EXIT_OK, LOG_FORMATS, Output
 from core.cli.review import provider_url
-from core.config import Settings
 from core.errors import BadInput, ProviderUnreachable, WorkerStopped
-from core.gc_tuning import freeze_startup_objects
-from core.ingest.chunker import validate_chunking
-from core.ingest.parse_pool import ParserPool
-from core.ingest.parsing import (
-    DEFAULT_CHUNK_OVERLAP,
-    DEFAULT_CHUNK_SIZE,
-    PARSERS,
-    ParserUnavailable,
-    parser_info,
-)
-from core.ingest.providers import RemoteProvider
+from core.ingest.failures import PARSERS, ParserUnavailable, parser_info
 from core.safe_text import check_identifier
 
+# The rest is imported where the worker runs, not here: the command line imports this
+# module to build its parser for every command, and --help, --version or `tasks` must
+# not load the parser pool (multiprocessing, every format module), asyncio or logging.
 if TYPE_CHECKING:
+    from core.config import Settings
     from core.ingest.embedder import Embedder
+    from core.ingest.parse_pool import ParserPool
     from core.ingest.pipeline import PipelineOptions
     from core.ingest.providers import RemoteProvider
 
@@ -191,6 +183,9 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         )
     if args.worker_id is not None:
         check_identifier(args.worker_id, "worker id")
+    from core.ingest.chunker import validate_chunking
+    from core.ingest.parsing import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+
     size = DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size
     overlap = DEFAULT_CHUNK_OVERLAP if args.chunk_overlap is None else args.chunk_overlap
     try:
@@ -305,6 +300,8 @@ def start_parser_early(args: argparse.Namespace) -> ParserPool | None:
     needs no parser). Called before the ledger's modules are imported."""
     if not (args.loop or args.until_idle):
         return None
+    from core.ingest.parse_pool import ParserPool
+
     pool = ParserPool(workers=min(args.parsers, args.concurrency))
     pool.prestart()
     return pool
@@ -313,6 +310,8 @@ def start_parser_early(args: argparse.Namespace) -> ParserPool | None:
 def run_worker(args: argparse.Namespace, out: Output) -> int:
     """``ingestdesk worker``: check every option, start the parser early, then run
     the worker; the exit code (130 when Ctrl-C stopped it)."""
+    import asyncio
+
     check_worker_arguments(args)
     settings = settings_from_args(args)
     pool = start_parser_early(args)
@@ -338,6 +337,8 @@ async def run_worker_command(
     """
     check_worker_arguments(args)
     if pool is None:
+        from core.ingest.parse_pool import ParserPool
+
         pool = ParserPool(workers=max(1, min(args.parsers, args.concurrency)))
     try:
         return await _run(settings, args, out, pool)
@@ -346,6 +347,11 @@ async def run_worker_command(
 
 
 async def _run(settings: Settings, args: argparse.Namespace, out: Output, pool: ParserPool) -> int:
+    import asyncio
+
+    from core.cli.logs import worker_log
+    from core.gc_tuning import freeze_startup_objects
+    from core.ingest.providers import RemoteProvider
     from core.ingest.worker import Worker
     from core.ledger import Ledger
 

@@ -8,7 +8,6 @@ A real model plugs in by implementing :class:`Embedder`.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import operator
 import re
@@ -109,6 +108,10 @@ class HashingEmbedder:
         if sum(map(len, texts)) <= EMBED_ON_LOOP_MAX_CHARS:
             return self.embed_now(texts)
         # Pure Python CPU work: a thread keeps the dashboard's loop answering keys.
+        # asyncio is imported here (loaded already, as this runs on its loop), not at
+        # the top: the command line imports this module for DEFAULT_DIMENSIONS.
+        import asyncio
+
         return await asyncio.to_thread(self.embed_now, texts)
 
     def embed_now(self, texts: Sequence[str]) -> list[bytes]:
