@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from core import Ledger, Settings, sqlite_url
+from core.ledger.transactions import sqlite_ledger_path
 
 # --- tunables ---------------------------------------------------------------------------
 
@@ -242,6 +245,11 @@ async def build(settings: Settings, size: int, *, now: float | None = None) -> B
             # What autovacuum would do soon after a load this size: the planner's
             # statistics (without them it guesses, and the guesses are the bench's).
             await ledger.transactions.write(lambda conn: conn.exec_driver_sql("ANALYZE"))
+    path = sqlite_ledger_path(settings.db_url)
+    if path is not None:
+        # The load's WAL into the file (readers would look through it otherwise).
+        with contextlib.closing(sqlite3.connect(path)) as raw:
+            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     if tasks != size:
         raise RuntimeError(f"built {tasks} tasks, wanted {size}")
     return Built(size, time.perf_counter() - started, tasks, documents, events)

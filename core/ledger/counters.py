@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import ScalarSelect, func, select, text
 from sqlalchemy.engine import Connection
 
-from core.ledger.schema import FAILED_SQL, TASK_COUNTERS, TASKS
+from core.ledger.schema import EVENT_COUNTERS, FAILED_SQL, TASK_COUNTERS, TASKS
 from core.ledger.views import FailureGroup
 from core.states import ErrorCode, Stage, TaskStatus
 
@@ -44,7 +44,7 @@ _UPSERT_ONE = (
 )
 _DECREMENT_ONE = f"UPDATE task_counters SET n = n - 1 WHERE {_OLD_MATCHES}"
 
-SQLITE_TRIGGERS = (
+SQLITE_TRIGGERS: tuple[str, ...] = (
     f"""CREATE TRIGGER tr_task_counters_insert AFTER INSERT ON ingestion_tasks
     BEGIN {_UPSERT_ONE}; END""",
     f"""CREATE TRIGGER tr_task_counters_delete AFTER DELETE ON ingestion_tasks
@@ -59,7 +59,7 @@ _GROUPED = (
     "FROM {rows} GROUP BY 1, 2, 3"
 )
 
-POSTGRES_TRIGGERS = (
+POSTGRES_TRIGGERS: tuple[str, ...] = (
     f"""CREATE FUNCTION task_counters_insert() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       INSERT INTO task_counters (status, error_code, stage, n)
@@ -92,15 +92,46 @@ POSTGRES_TRIGGERS = (
     EXECUTE FUNCTION task_counters_update()""",
 )
 
+# The history's rows by (status reached, error code), counted on insert only: a
+# monitor's "so far" (see EVENT_COUNTERS).
+_EVENT_UPSERT = (
+    "INSERT INTO event_counters (to_status, error_code, n) "
+    "VALUES (NEW.to_status, coalesce(NEW.error_code, ''), 1) "
+    "ON CONFLICT (to_status, error_code) DO UPDATE SET n = event_counters.n + 1"
+)
+_EVENTS_GROUPED = "SELECT to_status, coalesce(error_code, ''), count(*) FROM {rows} GROUP BY 1, 2"
+SQLITE_TRIGGERS += (
+    f"""CREATE TRIGGER tr_event_counters_insert AFTER INSERT ON task_events
+    BEGIN {_EVENT_UPSERT}; END""",
+)
+POSTGRES_TRIGGERS += (
+    f"""CREATE FUNCTION event_counters_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      INSERT INTO event_counters (to_status, error_code, n)
+      {_EVENTS_GROUPED.format(rows="new_events")}
+      ON CONFLICT (to_status, error_code) DO UPDATE SET n = event_counters.n + excluded.n;
+      RETURN NULL;
+    END $$""",
+    """CREATE TRIGGER tr_event_counters_insert AFTER INSERT ON task_events
+    REFERENCING NEW TABLE AS new_events FOR EACH STATEMENT
+    EXECUTE FUNCTION event_counters_insert()""",
+)
+
 _TRIGGER_NAMES = ("tr_task_counters_insert", "tr_task_counters_delete", "tr_task_counters_update")
 
 
 def drop_triggers(dialect: str) -> list[str]:
     """The statements that take the triggers (and PostgreSQL's functions) away."""
     if dialect == "sqlite":
-        return [f"DROP TRIGGER IF EXISTS {name}" for name in _TRIGGER_NAMES]
-    return [f"DROP TRIGGER IF EXISTS {name} ON ingestion_tasks" for name in _TRIGGER_NAMES] + [
-        f"DROP FUNCTION IF EXISTS task_counters_{op}()" for op in ("insert", "delete", "update")
+        return [
+            f"DROP TRIGGER IF EXISTS {name}"
+            for name in (*_TRIGGER_NAMES, "tr_event_counters_insert")
+        ]
+    return [
+        *(f"DROP TRIGGER IF EXISTS {name} ON ingestion_tasks" for name in _TRIGGER_NAMES),
+        "DROP TRIGGER IF EXISTS tr_event_counters_insert ON task_events",
+        *(f"DROP FUNCTION IF EXISTS task_counters_{op}()" for op in ("insert", "delete", "update")),
+        "DROP FUNCTION IF EXISTS event_counters_insert()",
     ]
 
 
@@ -109,6 +140,27 @@ def fill_sql() -> str:
     return "INSERT INTO task_counters (status, error_code, stage, n) " + _GROUPED.format(
         rows="ingestion_tasks"
     )
+
+
+def fill_events_sql() -> str:
+    """Count the history there is (the migration's fill)."""
+    return "INSERT INTO event_counters (to_status, error_code, n) " + _EVENTS_GROUPED.format(
+        rows="task_events"
+    )
+
+
+def history_totals(conn: Connection) -> tuple[int, dict[ErrorCode, int]]:
+    """Claims so far (history rows reaching running) and failures so far by error
+    code (rows reaching failed or retry_wait with a code), from event_counters."""
+    c = EVENT_COUNTERS.c
+    claims = 0
+    failures: dict[ErrorCode, int] = {}
+    for status, code, n in conn.execute(select(c.to_status, c.error_code, c.n)):
+        if status == TaskStatus.RUNNING.value:
+            claims += int(n)
+        elif code and status in (TaskStatus.FAILED.value, TaskStatus.RETRY_WAIT.value):
+            failures[ErrorCode(code)] = failures.get(ErrorCode(code), 0) + int(n)
+    return claims, failures
 
 
 def refill(conn: Connection) -> None:

@@ -198,29 +198,13 @@ class Reads:
 
     async def stats(self, now: float) -> LedgerStats:
         """The figures a monitor scrapes: tasks by status, claims and failures so far
-        (from the history), the oldest claimable task's wait, workers alive."""
+        (the history's counters: a prune does not take them back), the oldest
+        claimable task's wait, workers alive."""
         claimable = text(CLAIMABLE_SQL)
 
         def tx(conn: Connection) -> LedgerStats:
             by_status = counters.status_counts(conn)
-            claims = conn.execute(
-                select(func.count())
-                .select_from(EVENTS)
-                .where(EVENTS.c.to_status == TaskStatus.RUNNING.value)
-            ).scalar()
-            failures = {
-                ErrorCode(code): n
-                for code, n in conn.execute(
-                    select(EVENTS.c.error_code, func.count())
-                    .where(EVENTS.c.error_code.is_not(None))
-                    .where(
-                        EVENTS.c.to_status.in_(
-                            [TaskStatus.FAILED.value, TaskStatus.RETRY_WAIT.value]
-                        )
-                    )
-                    .group_by(EVENTS.c.error_code)
-                )
-            }
+            claims, failures = counters.history_totals(conn)
             oldest = conn.execute(
                 select(func.min(TASKS.c.next_attempt_at)).where(claimable)
             ).scalar()
@@ -240,14 +224,22 @@ class Reads:
 
         return await self._tx.read(tx)
 
-    async def count_tasks(self, filter: TaskFilter | None = None) -> int:
-        """How many tasks match a filter (all of them, not just a page)."""
-        query = select(func.count()).select_from(
+    async def count_tasks(
+        self, filter: TaskFilter | None = None, *, at_most: int | None = None
+    ) -> int:
+        """How many tasks match a filter (all of them, not just a page). With
+        ``at_most``, counting stops past that many and answers ``at_most + 1`` ("more
+        than"): a name filter's exact count reads every one of a million tasks (26 s
+        measured on a loaded machine), the first thousand matches a few thousand."""
+        matching = select(TASKS.c.id).select_from(
             TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
         )
         options = FILTERED if filter else {}
         if filter:
-            query = query.where(*filter_clauses(filter, self._term_clause))
+            matching = matching.where(*filter_clauses(filter, self._term_clause))
+        if at_most is not None:
+            matching = matching.limit(at_most + 1)
+        query = select(func.count()).select_from(matching.subquery())
 
         def tx(conn: Connection) -> int:
             return int(conn.execute(query, execution_options=options).scalar() or 0)

@@ -195,6 +195,19 @@ TASK_COUNTERS = Table(
 )
 
 
+# How many history rows reached each (status, error code), ever: kept by a trigger on
+# task_events' inserts and never decremented, so what /metrics reports as claims and
+# failures so far neither scans the history nor drops when a prune deletes some.
+EVENT_COUNTERS = Table(
+    "event_counters",
+    METADATA,
+    Column("to_status", String(16), nullable=False),
+    Column("error_code", String(32), nullable=False),
+    Column("n", Integer, nullable=False),
+    PrimaryKeyConstraint("to_status", "error_code"),
+)
+
+
 CHUNKS = Table(
     "chunks",
     METADATA,

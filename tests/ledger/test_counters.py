@@ -128,3 +128,35 @@ async def test_counts_and_failure_groups_do_not_scan_the_tasks(tmp_path: Path) -
     assert found
     assert not [p for p in found if p.startswith("SCAN ingestion_tasks")], found
     assert any("ix_tasks_failed_at" in p for p in found), found
+
+
+async def test_claims_and_failures_so_far_survive_a_prune(ledger: Ledger, clock: FakeClock) -> None:
+    """/metrics' claims and failures so far count the history as it is written (no
+    scan of it), and a prune deleting history does not take them back."""
+    from core.ledger.retention import prune_tasks
+
+    ids = [await _submitted(ledger, f"m-{i}.md") for i in range(3)]
+    codes = (ErrorCode.PARSE_ERROR, None, ErrorCode.EMPTY_DOCUMENT)
+    for task_id, code in zip(ids, codes, strict=True):
+        claim = await ledger.queue.claim(task_id, "w1")
+        assert claim is not None
+        if code is None:
+            await ledger.queue.finish(claim, [])
+        else:
+            await ledger.queue.fail(claim, code, "bad")
+    stats = await ledger.reads.stats(clock.now)
+    grouped = await ledger.transactions.read(
+        lambda conn: conn.execute(
+            text("SELECT count(*) FROM task_events WHERE to_status = 'running'")
+        ).scalar_one()
+    )
+    assert stats.claims == grouped == 3
+    assert stats.failures == {ErrorCode.PARSE_ERROR: 1, ErrorCode.EMPTY_DOCUMENT: 1}
+    clock.advance(10 * 86_400)
+    pruned = await prune_tasks(
+        ledger.transactions, older_than_s=86_400, now=clock.now, include_failed=True
+    )
+    assert pruned.tasks == 3
+    after = await ledger.reads.stats(clock.now)
+    assert (after.claims, after.failures) == (stats.claims, stats.failures)
+    assert sum(after.tasks.values()) == 0

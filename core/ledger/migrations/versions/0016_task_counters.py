@@ -13,7 +13,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from core.ledger.counters import POSTGRES_TRIGGERS, SQLITE_TRIGGERS, drop_triggers, fill_sql
+from core.ledger.counters import (
+    POSTGRES_TRIGGERS,
+    SQLITE_TRIGGERS,
+    drop_triggers,
+    fill_events_sql,
+    fill_sql,
+)
 from core.ledger.schema import NOT_RUNNING_SQL
 
 revision = "0016"
@@ -36,6 +42,13 @@ def upgrade() -> None:
     # The first and last failure of a group are two seeks here, not a grouping of
     # every failed task. Partial (failed only): an index led by status would tempt
     # SQLite's planner away from ix_tasks_claimable (see schema.py).
+    op.create_table(
+        "event_counters",
+        sa.Column("to_status", sa.String(length=16), nullable=False),
+        sa.Column("error_code", sa.String(length=32), nullable=False),
+        sa.Column("n", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("to_status", "error_code", name="pk_event_counters"),
+    )
     op.create_index(
         "ix_tasks_failed_at",
         "ingestion_tasks",
@@ -60,6 +73,7 @@ def upgrade() -> None:
     for statement in SQLITE_TRIGGERS if sqlite else POSTGRES_TRIGGERS:
         op.execute(statement)
     op.execute(fill_sql())
+    op.execute(fill_events_sql())
 
 
 def downgrade() -> None:
@@ -67,4 +81,5 @@ def downgrade() -> None:
         op.execute(statement)
     for index in ("ix_tasks_error_created", "ix_tasks_status_created", "ix_tasks_failed_at"):
         op.drop_index(index, table_name="ingestion_tasks")
+    op.drop_table("event_counters")
     op.drop_table("task_counters")
