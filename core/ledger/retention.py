@@ -55,12 +55,16 @@ class TaskPrune:
     dry_run: bool
 
 
+def _spelled(status: TaskStatus) -> Any:
+    return literal_column(f"'{status.value}'", String)
+
+
 def _old(status: TaskStatus, cutoff: float) -> list[Any]:
     # The status spelled literally (SQLite's partial index, see filter_sql.status_is);
     # created before the cutoff is implied by finished before it, and lets the
     # index's range do the work.
     return [
-        TASKS.c.status == literal_column(f"'{status.value}'", String),
+        TASKS.c.status == _spelled(status),
         TASKS.c.created_at < cutoff,
         TASKS.c.updated_at < cutoff,
         TASKS.c.index_id.is_(None),
@@ -87,7 +91,13 @@ class _Cursor:
     done: bool = False
 
 
-def _batch(conn: Connection, cursor: _Cursor, cutoff: float, size: int) -> tuple[int, int, float]:
+def _batch(
+    conn: Connection,
+    cursor: _Cursor,
+    statuses: tuple[TaskStatus, ...],
+    cutoff: float,
+    size: int,
+) -> tuple[int, int, float]:
     """One batch under the write lock: (tasks, history rows, seconds held)."""
     started = time.perf_counter()
     pick = (
@@ -109,7 +119,13 @@ def _batch(conn: Connection, cursor: _Cursor, cutoff: float, size: int) -> tuple
         conn.execute(
             delete(TASKS)
             .where(TASKS.c.id.in_(bindparam("ids", expanding=True)))
-            .where(*_old(cursor.status, cutoff))
+            # Still finished before the cutoff (a retry since the pick changes both).
+            # As an IN of every status pruned, which no index serves: an equality
+            # (spelled or bound: SQLite plans with the bound value) lets the planner
+            # read all of ix_tasks_status_created's range for that status instead of
+            # seeking the ids (measured: 1.4 s for 200 tasks at 1 000 000).
+            .where(TASKS.c.status.in_([_spelled(s) for s in statuses]))
+            .where(TASKS.c.updated_at < cutoff)
             .returning(TASKS.c.id),
             {"ids": ids},
         )
@@ -151,7 +167,7 @@ async def prune_tasks(
         while not cursor.done:
 
             def tx(conn: Connection, c: _Cursor = cursor, n: int = size) -> tuple[int, int, float]:
-                return _batch(conn, c, cutoff, n)
+                return _batch(conn, c, statuses, cutoff, n)
 
             tasks, events, held = await transactions.write(tx)
             batches += 1
