@@ -299,6 +299,7 @@ class PruneRun:
     tasks: int
     seconds: float
     longest_batch_ms: float
+    longest_batch_cpu_ms: float
 
 
 async def prune_while_claiming(settings: Settings) -> PruneRun:
@@ -331,6 +332,7 @@ async def prune_while_claiming(settings: Settings) -> PruneRun:
         pruned.tasks,
         seconds,
         pruned.longest_batch_s * 1000,
+        pruned.longest_batch_cpu_s * 1000,
     )
 
 
@@ -452,7 +454,8 @@ async def run_backend(backend: Backend, sizes: tuple[int, int]) -> list[Target]:
     pruned = await prune_while_claiming(backend.settings[large])
     print(
         f"{backend.name}: prune at {label}: {pruned.tasks} tasks in {pruned.seconds:.1f} s, "
-        f"longest batch {pruned.longest_batch_ms:.1f} ms; claim p99 alone "
+        f"longest batch {pruned.longest_batch_ms:.1f} ms (its thread's CPU "
+        f"{pruned.longest_batch_cpu_ms:.1f} ms); claim p99 alone "
         f"{pruned.alone_p99_ms:.1f} ms, during the prune {pruned.during_p99_ms:.1f} ms "
         f"({pruned.claims_during} claims), {load_line()}",
         flush=True,
