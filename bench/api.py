@@ -422,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.api", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="reduced run (< 60 s)")
     parser.add_argument("--dir", type=Path, help="parent of the work directory (default: temp)")
+    parser.add_argument(
+        "--million",
+        action="store_true",
+        help="the task list's first page at 1 000 000 tasks vs 1 000 (bench.api_million)",
+    )
     args = parser.parse_args(argv)
     compile_bytecode()
     parent = args.dir or Path(tempfile.gettempdir())
@@ -429,6 +434,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-api-", dir=parent))
     os.chdir(REPO_ROOT)
     try:
+        if args.million:
+            from bench.api_million import run_million
+
+            return run_million(args.quick, workdir)
         return run(QUICK if args.quick else FULL, args.quick, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # a ledger, a corpus and its objects

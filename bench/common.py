@@ -110,7 +110,7 @@ class Target:
     value: float
     goal: float
     op: str  # ">=", "<=", "<" or "=="
-    show: str = "ratio"  # "ratio" (0.123x), "count" (integer), "mb" or "seconds"
+    show: str = "ratio"  # "ratio" (0.123x), "count" (integer), "mb", "seconds" or "ms"
 
     @property
     def passed(self) -> bool:
@@ -131,6 +131,8 @@ class Target:
             return f"{x:.1f} MB"
         if self.show == "seconds":
             return f"{x:.3f} s"
+        if self.show == "ms":
+            return f"{x:.1f} ms"
         return fmt_ratio(x)
 
 

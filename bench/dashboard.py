@@ -36,7 +36,11 @@ Ledgers are filled in set-up (untimed) with raw SQL copies of three tasks that w
 through the API (succeeded, failed, cancelled), with their documents, events and
 outbox rows.
 
-Run: ``python -m bench.dashboard [--quick] [--profile]``. ``--profile`` adds, at the
+With ``--million`` the ledgers are 1 000 and 1 000 000 tasks built by
+:mod:`bench.million` (its mix, live tasks cancelled), and the same figures are printed
+as ratios of the two.
+
+Run: ``python -m bench.dashboard [--quick] [--million] [--profile]``. ``--profile`` adds, at the
 largest size, a cProfile'd load window and a cProfile'd second round of key presses
 (the event-loop thread; after the measured ones, so the figures are unaffected) and
 prints where the dashboard's time goes.
@@ -47,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import dataclasses
 import gc
 import inspect
 import io
@@ -111,6 +116,7 @@ PDF_SEED = 20_260_401  # corpus and press timing are the same on every run
 STATUS_FILTER_KEYS = ("4", "0")  # failed, then all: each press reloads the window
 CHILD_TIMEOUT_S = 900.0  # seconds a dashboard process may run
 PROFILE_TOP = 25  # rows of each cProfile listing
+FULL_READ_MAX = 100_000  # tasks: larger ledgers skip the full-read reference
 
 # Targets from the issue.
 CPU_LOAD_TARGET_PCT = 15.0
@@ -152,6 +158,7 @@ FULL = Plan(
     pdf_pages=100,
     pdf_distinct=4,
 )
+MILLION_SIZES = (1_000, 1_000_000)  # --million (bench.million's mix)
 QUICK = Plan(
     sizes=(1_000, 20_000),
     idle_s=2.0,
@@ -192,6 +199,7 @@ class BuiltLedger:
     db_path: Path
     store: Path
     seconds: float
+    succeeded: int | None = None  # succeeded tasks when built (None: see _succeeded)
 
 
 def _connect(db_path: Path) -> sqlite3.Connection:
@@ -335,6 +343,37 @@ async def build_ledger(root: Path, size: int) -> BuiltLedger:
     return BuiltLedger(size, db_path, store, time.perf_counter() - started)
 
 
+async def build_million_ledger(root: Path, size: int) -> BuiltLedger:
+    """A ledger of ``size`` tasks in bench.million's mix (its live tasks cancelled:
+    nothing is claimable, as in build_ledger, and the writer's pool is the newest
+    failed tasks), built in SQL."""
+    from bench.million import build
+
+    started = time.perf_counter()
+    db_path, store = root / f"ledger-{size_label(size)}.db", root / f"objects-{size_label(size)}"
+    await build(settings_for(db_path, store), size)
+    conn = _connect(db_path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "UPDATE documents SET status = 'draft' WHERE id IN (SELECT document_id FROM "
+            "ingestion_tasks WHERE status IN ('queued', 'retry_wait', 'running'))"
+        )
+        conn.execute(
+            "UPDATE ingestion_tasks SET status = 'cancelled', previous_status = status, "
+            "worker_id = NULL, lease_expires_at = NULL, next_attempt_at = NULL "
+            "WHERE status IN ('queued', 'retry_wait', 'running')"
+        )
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        succeeded = conn.execute(
+            "SELECT coalesce(sum(n), 0) FROM task_counters WHERE status = 'succeeded'"
+        ).fetchone()[0]
+    finally:
+        conn.close()
+    return BuiltLedger(size, db_path, store, time.perf_counter() - started, int(succeeded))
+
+
 def make_pdfs(root: Path, plan: Plan) -> list[Path]:
     """``plan.pdf_distinct`` multi-page PDFs of random words (deterministic)."""
     try:
@@ -386,7 +425,12 @@ async def time_queries(
         await ledger.reads.tasks_since(head - changes)  # warm the connection and caches
         since = await median_ms(lambda: ledger.reads.tasks_since(head - changes), repeats)
         idle = await median_ms(lambda: ledger.reads.tasks_since(head), repeats)
-        full = await median_ms(lambda: ledger.reads.list_tasks(limit=None), full_repeats)
+        # A full read of a million tasks is a reference nobody needs (and gigabytes).
+        full = (
+            await median_ms(lambda: ledger.reads.list_tasks(limit=None), full_repeats)
+            if built.size <= FULL_READ_MAX
+            else float("nan")
+        )
     return QueryCost(since, idle, full, changes)
 
 
@@ -960,7 +1004,10 @@ async def dashboard_main(config: dict[str, Any]) -> ChildResult:
                     await _measure_keys(probe, plan, ChildResult(size))
                     profiler.disable()
                     result.profile_keys = _profile_report(profiler)
-                result.pdf_tasks_done = app.mirror.counts[TaskStatus.SUCCEEDED] - _succeeded(size)
+                built_succeeded = config.get("succeeded")
+                if built_succeeded is None:
+                    built_succeeded = _succeeded(size)
+                result.pdf_tasks_done = app.mirror.counts[TaskStatus.SUCCEEDED] - built_succeeded
                 mark = time.perf_counter()
                 result.phases["keys"] = mark - started
             # Leaving the block quits the app: its workers hand their tasks back.
@@ -1070,6 +1117,7 @@ def run_dashboard_process(
         "pdfs": [str(p) for p in pdfs],
         "profile": profile,
         "out": str(out_path),
+        "succeeded": built.succeeded,
     }
     env = python_env()
     # Frames are rendered as for a truecolor terminal (see the module docstring).
@@ -1306,7 +1354,7 @@ def report(plan: Plan, costs: dict[int, QueryCost], results: Sequence[ChildResul
     print()
 
 
-def run(plan: Plan, quick: bool, workdir: Path, profile: bool) -> None:
+def run(plan: Plan, quick: bool, workdir: Path, profile: bool, million: bool = False) -> None:
     print_header("bench.dashboard", quick, workdir)
     print(
         f"plan: ledgers of {', '.join(fmt_num(s, 0) for s in plan.sizes)} tasks; writer "
@@ -1321,7 +1369,8 @@ def run(plan: Plan, quick: bool, workdir: Path, profile: bool) -> None:
     built: list[BuiltLedger] = []
     costs: dict[int, QueryCost] = {}
     for size in plan.sizes:
-        ledger = asyncio.run(build_ledger(workdir, size))
+        builder = build_million_ledger if million else build_ledger
+        ledger = asyncio.run(builder(workdir, size))
         built.append(ledger)
         costs[size] = asyncio.run(
             time_queries(ledger, int(WRITE_RATE / 2), repeats=50, full_repeats=3 if quick else 5)
@@ -1354,6 +1403,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", action="store_true", help="cProfile an extra load window, largest ledger"
     )
+    parser.add_argument(
+        "--million",
+        action="store_true",
+        help="ledgers of 1 000 and 1 000 000 tasks in bench.million's mix, built in SQL",
+    )
     parser.add_argument("--writer", help=argparse.SUPPRESS)
     parser.add_argument("--dashboard", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1367,10 +1421,12 @@ def main(argv: list[str] | None = None) -> int:
         Path(config["out"]).write_text(json.dumps(asdict(result)), encoding="utf-8")
         return 0
     plan = QUICK if args.quick else FULL
+    if args.million:
+        plan = dataclasses.replace(plan, sizes=MILLION_SIZES)
     workdir = Path(tempfile.mkdtemp(prefix="bench-dashboard-", dir=args.dir))
     started = time.perf_counter()
     try:
-        run(plan, args.quick, workdir, args.profile)
+        run(plan, args.quick, workdir, args.profile, args.million)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"bench.dashboard finished in {time.perf_counter() - started:.1f} s ({load_line()})")

@@ -10,6 +10,17 @@ from pathlib import Path
 
 # What each revision added, as the statements that take it back.
 UNDO: dict[str, tuple[str, ...]] = {
+    "0016": (
+        "DROP TRIGGER tr_task_counters_insert",
+        "DROP TRIGGER tr_task_counters_delete",
+        "DROP TRIGGER tr_task_counters_update",
+        "DROP TRIGGER tr_event_counters_insert",
+        "DROP TABLE task_counters",
+        "DROP TABLE event_counters",
+        "DROP INDEX ix_tasks_failed_at",
+        "DROP INDEX ix_tasks_status_created",
+        "DROP INDEX ix_tasks_error_created",
+    ),
     "0015": (
         "DROP INDEX ix_tasks_index_status",
         "ALTER TABLE ingestion_tasks DROP COLUMN index_id",

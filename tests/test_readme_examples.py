@@ -599,6 +599,10 @@ def test_every_cli_reference_row_does_what_it_says(
     # prune [--older-than DAYS]: forget idempotency keys past their retention
     assert value("prune")["idempotency_keys_removed"] == 0
     assert value("prune", "--older-than", "0")["idempotency_keys_removed"] == 2
+    # prune --tasks-older-than DAYS [--include-failed] --dry-run: count old finished tasks
+    dry = value("prune", "--tasks-older-than", "0", "--include-failed", "--dry-run")
+    assert dry["tasks_removed"] > 0 and dry["task_events_removed"] >= dry["tasks_removed"]
+    assert value("prune", "--tasks-older-than", "3650")["tasks_removed"] == 0
 
     # provider serve …, worker --provider URL, reconcile, review: the README's "Try it",
     # with every reply lost so the reconcile has something to find.

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from core.cli.command import Command, on_ledger
 from core.cli.options import whole_number
 from core.cli.output import Output
+from core.errors import BadInput
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -103,9 +104,46 @@ async def _old_keys(ledger: Ledger, older_than_s: float) -> int:
     return int(await ledger.transactions.read(lambda conn: conn.execute(query).scalar_one()))
 
 
+async def _prune_tasks(ledger: Ledger, args: argparse.Namespace) -> tuple[dict[str, object], str]:
+    """Finished tasks and their history (core.ledger.retention), when asked."""
+    from core.ledger.retention import prune_tasks
+
+    days = args.tasks_older_than
+    if days is None:
+        if args.include_failed:
+            raise BadInput("--include-failed needs --tasks-older-than DAYS")
+        return {}, ""
+    pruned = await prune_tasks(
+        ledger.transactions,
+        older_than_s=days * DAY_S,
+        now=ledger.clock(),
+        include_failed=args.include_failed,
+        dry_run=args.dry_run,
+    )
+    kinds = "succeeded, cancelled and failed" if args.include_failed else "succeeded and cancelled"
+    verb = "would remove" if args.dry_run else "removed"
+    line = (
+        f"{verb} {pruned.tasks} {kinds} tasks finished over {days} days ago and "
+        f"{pruned.events} history rows"
+    )
+    if not args.dry_run:
+        line += f" ({pruned.batches} batches, longest {pruned.longest_batch_s * 1000:.0f} ms)"
+    return {
+        "tasks_removed": pruned.tasks,
+        "task_events_removed": pruned.events,
+        "tasks_older_than_days": days,
+        "include_failed": args.include_failed,
+        "batches": pruned.batches,
+        "longest_batch_ms": round(pruned.longest_batch_s * 1000, 1),
+    }, line
+
+
 async def cmd_prune(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
-    """``ingestdesk prune [--older-than DAYS] [--dry-run]``: forget old idempotency
-    keys; remove stale incoming files and objects nothing references."""
+    """``ingestdesk prune [--older-than DAYS] [--tasks-older-than DAYS
+    [--include-failed]] [--dry-run]``: forget old idempotency keys (and, when asked,
+    finished tasks and their history); remove stale incoming files and objects
+    nothing references."""
+    tasks, tasks_line = await _prune_tasks(ledger, args)
     removed = Removed()
     older_than_s = args.older_than * DAY_S
     if args.dry_run:
@@ -122,11 +160,13 @@ async def cmd_prune(ledger: Ledger, args: argparse.Namespace, out: Output) -> No
             "objects_removed": removed.objects,
             "bytes_removed": removed.bytes,
             "dry_run": args.dry_run,
+            **tasks,
         },
         [
             f"{verb} {removed.idempotency_keys} idempotency keys older than {args.older_than} days",
             f"{verb} {removed.incoming} unfinished incoming files and {removed.objects} "
             f"objects nothing references ({removed.bytes} bytes)",
+            *([tasks_line] if tasks_line else []),
         ],
     )
 
@@ -138,6 +178,20 @@ def _prune(parser: argparse.ArgumentParser) -> None:
         type=whole_number(0, DAYS_MAX),
         default=RETENTION_DAYS,
         help=f"forget idempotency keys older than this (default {RETENTION_DAYS} days)",
+    )
+    parser.add_argument(
+        "--tasks-older-than",
+        metavar="DAYS",
+        type=whole_number(0, DAYS_MAX),
+        default=None,
+        help="also delete the succeeded and cancelled tasks that finished longer ago than "
+        "this, with their history, in short batches while workers run (default: keep "
+        "every task)",
+    )
+    parser.add_argument(
+        "--include-failed",
+        action="store_true",
+        help="with --tasks-older-than: failed tasks too (kept by default)",
     )
     parser.add_argument(
         "--dry-run",

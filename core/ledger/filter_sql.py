@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import String, exists, false, literal, select
+from sqlalchemy import String, exists, false, literal, literal_column, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement, func
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -37,6 +37,7 @@ from sqlalchemy.util import LRUCache
 
 from core.filters import SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
 from core.ledger.schema import DOCUMENTS, TASKS
+from core.states import TaskStatus
 
 # Filtered statements are compiled into a cache of their own: a client cycling through
 # filter shapes then evicts only other filters' statements, never the hot unfiltered
@@ -132,6 +133,35 @@ _PATTERN_FIELDS: dict[str | None, tuple[Callable[[str], str], Match]] = {
     "document": (str.lower, lambda v: _starts(TASKS.c.document_id)(v)),
 }
 
+
+def status_is(value: str) -> ColumnElement[bool]:
+    """``status = value`` spelled so that SQLite may use a partial index for it.
+
+    SQLite uses a partial index only for a query with a term identical to (one OR-ed
+    term of) the index's WHERE, and never for a bound parameter: a status from the
+    enum is written literally, matching ix_tasks_status_created, or running, matching
+    ix_tasks_running_lease. Anything else stays a parameter (it matches no task)."""
+    try:
+        status = TaskStatus(value)
+    except ValueError:
+        return TASKS.c.status == value
+    return TASKS.c.status == literal_column(f"'{status.value}'", String)
+
+
+def lists_running(task_filter: TaskFilter | None, status: str | None = None) -> bool:
+    """Whether a listing asks for running tasks only.
+
+    They are few (a worker's slots) beside a million others, and SQLite's planner,
+    knowing no sizes, walks ix_tasks_created (the list's order) through every task
+    in search of them rather than read ix_tasks_running_lease and sort. Such a
+    listing orders by an expression instead (the same order), which no index
+    provides, so the partial index is read."""
+    values = [status] if status is not None else []
+    if task_filter:
+        values += [t.value for t in task_filter.terms if t.field == "status" and not t.negate]
+    return TaskStatus.RUNNING.value in values
+
+
 _EQUALITY_FIELDS: dict[str, Callable[[], ColumnElement[str]]] = {
     "status": lambda: TASKS.c.status,
     "code": _code,
@@ -174,7 +204,15 @@ def filter_clauses(
     for field, wanted in sorted(equal.items()):
         if len(wanted) > 1:  # one column equal to two values at once
             return [false()]
-        clauses.append(_EQUALITY_FIELDS[field]() == next(iter(wanted)))
+        value = next(iter(wanted))
+        if field == "status":
+            clauses.append(status_is(value))
+        elif field == "code" and value:
+            # The bare column equals a code exactly when its coalesce does (NULL is
+            # ''), and only the bare column can seek ix_tasks_error_created.
+            clauses.append(TASKS.c.error_code == value)
+        else:
+            clauses.append(_EQUALITY_FIELDS[field]() == value)
     for field, refused in sorted(unequal.items()):
         clauses.append(_EQUALITY_FIELDS[field]().not_in(sorted(refused)))
     clauses.extend(_attempt_clauses(attempts))

@@ -44,6 +44,11 @@ def status_in_sql(statuses: frozenset[TaskStatus]) -> str:
 # The state rules of core.states as the SQL conditions the statements use.
 CLAIMABLE_SQL = status_in_sql(CLAIMABLE)
 RUNNING_SQL = status_in_sql(frozenset({TaskStatus.RUNNING}))
+FAILED_SQL = status_in_sql(frozenset({TaskStatus.FAILED}))
+# Every status but running, spelled as ORs, not IN: see ix_tasks_status_created.
+NOT_RUNNING_SQL = " OR ".join(
+    status_in_sql(frozenset({s})) for s in TaskStatus if s is not TaskStatus.RUNNING
+)
 CANCELLABLE_SQL = status_in_sql(CANCELLABLE)
 
 NAMING = {
@@ -142,11 +147,64 @@ TASKS = Table(
     # error_code leads: an index led by status tempts SQLite's planner away from
     # ix_tasks_claimable into sorting every claimable task for each claim.
     Index("ix_tasks_error_status", "error_code", "status"),
+    # A failure group's first and last failure (core.ledger.counters): two seeks.
+    # Partial, for the same reason error_code leads the index above.
+    Index(
+        "ix_tasks_failed_at",
+        "error_code",
+        "stage",
+        "updated_at",
+        sqlite_where=text(FAILED_SQL),
+    ),
     # A campaign's progress: its tasks by status.
     Index("ix_tasks_index_status", "index_id", "status"),
     Index("ix_tasks_created", "created_at", "id"),
+    # A status or error code filter's newest tasks, in the list's order, however rare
+    # the value: without them a filter matching few of a million tasks walks
+    # ix_tasks_created through all of them (1.1 s on SQLite). The status index is
+    # partial, its WHERE every status but running spelled as ORs: SQLite uses it for
+    # a query with a term equal to one of them (``status = 'failed'``, as filters
+    # spell it, see filter_sql.status_is) and for no other, whereas a full index led
+    # by status takes the claim (``status IN (...)``) off ix_tasks_claimable and the
+    # reaper (``status = 'running'``) off ix_tasks_running_lease: measured, a sort of
+    # every claimable task per claim. Running tasks are listed from the latter.
+    Index(
+        "ix_tasks_status_created",
+        "status",
+        "created_at",
+        "id",
+        sqlite_where=text(NOT_RUNNING_SQL),
+    ),
+    Index("ix_tasks_error_created", "error_code", "created_at", "id"),
     # "Is this result already made, or being made?": by key, then status.
     Index("ix_tasks_processing_key", "processing_key", "status"),
+)
+
+
+# How many tasks are in each (status, error code, stage): kept by triggers on the
+# task table in the writing transaction (core.ledger.counters, migration 0016), so
+# counts read a few dozen rows, never the tasks. '' is "no error code".
+TASK_COUNTERS = Table(
+    "task_counters",
+    METADATA,
+    Column("status", String(16), nullable=False),
+    Column("error_code", String(32), nullable=False),
+    Column("stage", String(16), nullable=False),
+    Column("n", Integer, nullable=False),
+    PrimaryKeyConstraint("status", "error_code", "stage"),
+)
+
+
+# How many history rows reached each (status, error code), ever: kept by a trigger on
+# task_events' inserts and never decremented, so what /metrics reports as claims and
+# failures so far neither scans the history nor drops when a prune deletes some.
+EVENT_COUNTERS = Table(
+    "event_counters",
+    METADATA,
+    Column("to_status", String(16), nullable=False),
+    Column("error_code", String(32), nullable=False),
+    Column("n", Integer, nullable=False),
+    PrimaryKeyConstraint("to_status", "error_code"),
 )
 
 
@@ -356,7 +414,12 @@ PROVIDER_REQUESTS = Table(
 )
 
 
-PARTIAL_INDEXES = (("ix_tasks_claimable", CLAIMABLE_SQL), ("ix_tasks_running_lease", RUNNING_SQL))
+PARTIAL_INDEXES = (
+    ("ix_tasks_claimable", CLAIMABLE_SQL),
+    ("ix_tasks_running_lease", RUNNING_SQL),
+    ("ix_tasks_failed_at", FAILED_SQL),
+    ("ix_tasks_status_created", NOT_RUNNING_SQL),
+)
 
 
 def with_postgresql_options() -> MetaData:

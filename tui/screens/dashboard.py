@@ -38,6 +38,9 @@ from tui.widgets.workers import WorkersPanel
 
 ROWS_REFRESH_S = 10.0  # seconds between re-renders of ages and stall marks (ages step by 10 s)
 BACKFILL_AFTER_S = 2.0  # seconds a short window waits before it is reloaded
+# Tasks a filter's count reads at most: past it the title says "over" (an exact count
+# of a name filter reads every task, seconds at a million; this many, a few ms).
+FILTER_COUNT_AT_MOST = 1000
 # Columns from which the side panel sits beside the table: the panel (40, app.tcss),
 # the table's border and scrollbar (3) and the narrow layout's row (77) fit, so the
 # error column stays whole. 120 columns is a common terminal width (and a common
@@ -138,6 +141,9 @@ class DashboardScreen(Screen[None]):
         text = self.query_filter.text
         total = self._matching_total()
         of = f" of {total}" if total is not None else ""
+        counted = not self.query_filter.empty and self.query_filter.status is None
+        if counted and total is not None and total > FILTER_COUNT_AT_MOST:
+            of = f" of over {FILTER_COUNT_AT_MOST}"
         title = f"Tasks — {text or 'all'}"
         subtitle = (
             f"newest {shown}{of} · sort: {table.sort_column}"
@@ -178,7 +184,7 @@ class DashboardScreen(Screen[None]):
                 if len(tasks) < limit:
                     break  # that was every matching task
             if not query.empty and query.status is None:
-                self._counted = await reads.count_tasks(query.filter)
+                self._counted = await reads.count_tasks(query.filter, at_most=FILTER_COUNT_AT_MOST)
                 self._title_table(len(table.tasks))
         except Exception as exc:  # the ledger's refusal, or a row it cannot read
             self.notify(failure_line(exc), severity="error", title="cannot load the tasks")

@@ -1,0 +1,140 @@
+"""Pruning finished tasks and their history (core.ledger.retention): what goes, what
+stays, a dry run that changes nothing, and a prune racing workers' claims on a real
+ledger file (and PostgreSQL) that loses no live task."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sqlalchemy import text
+
+from bench.million import SPAN_S, build
+from core import Ledger, Settings, TaskStatus
+from core.ledger.retention import prune_tasks
+from tests.ledger.test_counters import assert_counted
+
+DAY_S = 86_400.0
+TASKS = 3_000  # 30 queued, 3 running, 27 waiting for a retry, 90 failed, 2 850 succeeded
+
+
+async def _snapshot(ledger: Ledger) -> dict[str, tuple[object, ...]]:
+    def tx(conn: object) -> dict[str, tuple[object, ...]]:
+        from sqlalchemy.engine import Connection
+
+        assert isinstance(conn, Connection)
+        out = {}
+        for table in ("ingestion_tasks", "task_events", "task_counters", "documents"):
+            rows = conn.execute(text(f"SELECT * FROM {table}")).all()
+            out[table] = tuple(sorted(map(repr, rows)))
+        return out
+
+    return await ledger.transactions.read(tx)
+
+
+async def _tasks(ledger: Ledger) -> dict[str, tuple[str, float]]:
+    rows = await ledger.transactions.read(
+        lambda conn: conn.execute(text("SELECT id, status, updated_at FROM ingestion_tasks")).all()
+    )
+    return {r.id: (r.status, r.updated_at) for r in rows}
+
+
+async def test_a_dry_run_changes_nothing(settings: Settings) -> None:
+    await build(settings, 1_000)
+    async with await Ledger.open(settings) as ledger:
+        before = await _snapshot(ledger)
+        dry = await prune_tasks(
+            ledger.transactions,
+            older_than_s=30 * DAY_S,
+            now=time.time(),
+            include_failed=True,
+            dry_run=True,
+        )
+        assert dry.dry_run and dry.tasks > 0 and dry.events == 3 * dry.tasks
+        assert await _snapshot(ledger) == before
+        # ...and says what the real one removes.
+        real = await prune_tasks(
+            ledger.transactions, older_than_s=30 * DAY_S, now=time.time(), include_failed=True
+        )
+        assert (real.tasks, real.events) == (dry.tasks, dry.events)
+
+
+async def test_prune_removes_old_finished_tasks_with_their_history_only(
+    settings: Settings,
+) -> None:
+    now = time.time()
+    await build(settings, TASKS, now=now)
+    cutoff = now - 90 * DAY_S
+    async with await Ledger.open(settings) as ledger:
+        before = await _tasks(ledger)
+        pruned = await prune_tasks(ledger.transactions, older_than_s=90 * DAY_S, now=now)
+        after = await _tasks(ledger)
+        gone = set(before) - set(after)
+        assert len(gone) == pruned.tasks > 0
+        assert pruned.batches > 1  # the first batch is smaller than what there was
+        for task_id, (status, updated_at) in before.items():
+            old_and_done = status in ("succeeded", "cancelled") and updated_at < cutoff
+            assert (task_id in gone) == old_and_done, (task_id, status)
+        orphans = await ledger.transactions.read(
+            lambda conn: conn.execute(
+                text(
+                    "SELECT count(*) FROM task_events WHERE task_id NOT IN "
+                    "(SELECT id FROM ingestion_tasks)"
+                )
+            ).scalar_one()
+        )
+        assert orphans == 0
+        assert pruned.events == 3 * pruned.tasks
+        await assert_counted(ledger)
+        counts = await ledger.reads.counts()
+        assert counts[TaskStatus.FAILED] == TASKS * 3 // 100  # failed kept unless asked
+
+        with_failed = await prune_tasks(
+            ledger.transactions, older_than_s=90 * DAY_S, now=now, include_failed=True
+        )
+        assert with_failed.tasks > 0
+        assert 0 < (await ledger.reads.counts())[TaskStatus.FAILED] < TASKS * 3 // 100
+        await assert_counted(ledger)
+
+
+async def test_a_prune_racing_claims_loses_no_live_task(settings: Settings) -> None:
+    """Two workers (ledgers of their own: connections, threads and locks of their
+    own) claim and finish every queued task while the prune deletes in batches."""
+    now = time.time()
+    await build(settings, TASKS, now=now)
+    async with await Ledger.open(settings) as pruner:
+        before = await _tasks(pruner)
+        live = {t for t, (status, _) in before.items() if status not in ("succeeded", "failed")}
+        queued = sum(1 for status, _ in before.values() if status == "queued")
+        batches: list[int] = []
+
+        async def worker(name: str) -> int:
+            done = 0
+            async with await Ledger.open(settings) as ledger:
+                while True:
+                    claims = await ledger.queue.claim_next(name, limit=1)
+                    if not claims:
+                        return done
+                    await ledger.queue.finish(claims[0], [])
+                    done += 1
+
+        async def prune() -> int:
+            pruned = await prune_tasks(
+                pruner.transactions,
+                older_than_s=SPAN_S / 2,
+                now=now,
+                include_failed=True,
+                batch_target_s=0.002,  # many small batches, interleaved with claims
+                on_batch=lambda tasks, _events: batches.append(tasks),
+            )
+            return pruned.tasks
+
+        done_a, done_b, removed = await asyncio.gather(worker("w-a"), worker("w-b"), prune())
+        assert done_a + done_b == queued  # every queued task claimed once
+        assert removed > 0 and len(batches) > 1
+        after = await _tasks(pruner)
+        assert live <= set(after)  # no live task lost
+        for task_id in live:
+            status, _ = after[task_id]
+            assert status in ("succeeded", "running", "retry_wait"), (task_id, status)
+        await assert_counted(pruner)
