@@ -55,14 +55,17 @@ def _stale(entry: StoreEntry, now: float) -> bool:
     return now - entry.modified >= STALE_AFTER_S
 
 
-async def _prune_store(ledger: Ledger, dry_run: bool, removed: Removed) -> None:
+async def _prune_store(
+    ledger: Ledger, dry_run: bool, removed: Removed, *, now: float | None = None
+) -> None:
     """Remove stale unfinished uploads and stale objects nothing references, from a
     folder or a bucket alike (the store lists them, with their age). Listing and
     removing block (a bucket answers over the network): they run in a thread."""
     from core.ledger.reads import unreferenced_objects
 
     store = ledger.operator.store
-    now = time.time()
+    # ``now`` for a test: an object's date in a bucket cannot be moved back.
+    now = time.time() if now is None else now
     unfinished = await asyncio.to_thread(lambda: [e for e in store.unfinished() if _stale(e, now)])
     for entry in unfinished:
         removed.incoming += 1

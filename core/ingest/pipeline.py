@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from core.errors import (
+    ERROR_DETAIL_MAX,
     LedgerUnreachable,
     NotFound,
     ObjectReadError,
@@ -152,7 +153,9 @@ class Pipeline:
             # The reason is our own short vocabulary (no paths, no traces).
             return await fail(exc.code, exc.reason)
         except ObjectReadError as exc:
-            return await fail(ErrorCode.OBJECT_READ_ERROR, error_detail_of(exc))
+            # Its message is the store's own words (missing, damaged, the bucket
+            # unreachable), never a path or a credential: the cause, for the operator.
+            return await fail(ErrorCode.OBJECT_READ_ERROR, exc.message[:ERROR_DETAIL_MAX])
         except ProviderUnavailable as exc:  # a NotSent may carry its code and Retry-After
             return await fail(*unavailable(exc), retry_after_s=retry_after_of(exc))
         # A failure on a provider request names it: review and reconcile find the task by it.
