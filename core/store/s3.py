@@ -55,7 +55,14 @@ REQUEST_TIMEOUT_S = 300.0  # seconds one request may take (a big original's part
 # worker's heartbeat keeps its lease meanwhile: the read is async); past it the task
 # fails with object_read_error and the ledger's own backoff takes over.
 RETRY_S = 30.0
-MAX_RETRIES = 10  # attempts of one request within RETRY_S
+# Retries of one request are bounded by RETRY_S, not by a count: obstore's default
+# of 10, with its jittered backoff, gave up after 3.5 s on a restarting server.
+MAX_RETRIES = 1000
+# seconds the start-up check waits for an answer: a store merely unreachable is not
+# refused there (see check), so no command may wait out RETRY_S for it.
+CHECK_RETRY_S = 2.0
+BACKOFF_FIRST_S = 0.1  # seconds before the first retry (doubled, jittered, each time)
+BACKOFF_MAX_S = 2.0  # seconds between retries at most: a store back is used soon
 # Originals up to this size are hash-checked on the event loop; bigger ones in a
 # thread (sha256 runs at ~1 GB/s: 1 MiB is about a millisecond).
 VERIFY_ON_LOOP_MAX_BYTES = 1024 * 1024  # bytes
@@ -135,10 +142,10 @@ class S3Store:
         # Made on first use: a command that never touches an original never reads
         # the AWS configuration.
         if self._client is None:
-            self._client = self._connect()
+            self._client = self._connect(self._retry_s)
         return self._client
 
-    def _connect(self) -> obstore.store.S3Store:
+    def _connect(self, retry_s: float) -> obstore.store.S3Store:
         try:
             import botocore.session
             from obstore.store import S3Store as Client
@@ -181,7 +188,12 @@ class S3Store:
             client_options=options,  # type: ignore[arg-type]
             retry_config={
                 "max_retries": MAX_RETRIES,
-                "retry_timeout": timedelta(seconds=self._retry_s),
+                "retry_timeout": timedelta(seconds=retry_s),
+                "backoff": {
+                    "init_backoff": timedelta(seconds=BACKOFF_FIRST_S),
+                    "max_backoff": timedelta(seconds=BACKOFF_MAX_S),
+                    "base": 2,
+                },
             },
             credential_provider=_Credentials(credentials),  # type: ignore[arg-type]
             **extra,
@@ -191,7 +203,8 @@ class S3Store:
         import obstore
 
         try:
-            next(iter(obstore.list(self.client, INCOMING_DIR, chunk_size=1)), None)
+            checker = self._connect(min(CHECK_RETRY_S, self._retry_s))
+            next(iter(obstore.list(checker, INCOMING_DIR, chunk_size=1)), None)
         except StoreUnavailable:
             raise
         except Exception as exc:
