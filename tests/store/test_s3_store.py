@@ -15,7 +15,7 @@ import pytest
 
 from core import Ledger
 from core.cli.maintenance import STALE_AFTER_S, Removed, _prune_store
-from core.errors import ObjectReadError
+from core.errors import ObjectReadError, StoreUnavailable
 from core.store import track_created
 from core.store.s3 import INCOMING_DIR, PART_BYTES, S3Store
 from tests.store.conftest import SECRET_KEY, S3Server, aws_env, s3_cli, s3_settings
@@ -195,3 +195,25 @@ def test_healthz_names_the_bucket_and_endpoint_never_a_key(
     assert health.status_code == 200
     assert health.json()["store"] == f"{settings.store_url} at {s3_server.endpoint}"
     assert SECRET_KEY not in health.text + out and "AKID" not in health.text
+
+
+def test_the_store_down_during_an_upload_refuses_it_and_writes_nothing(
+    own_s3_server: S3Server,
+) -> None:
+    bucket = own_s3_server.new_bucket()
+    store = _store(own_s3_server, bucket, retry_s=1)
+    receiving = store.receive()
+    receiving.write(b"a" * (PART_BYTES + 1))  # past one part: a multipart upload begun
+    own_s3_server.stop()
+
+    def finish() -> None:
+        receiving.write(b"b" * PART_BYTES)
+        receiving.store()
+
+    # The parts go up behind the writes: the refusal comes by the end of the upload.
+    with pytest.raises(StoreUnavailable, match=f"s3://{bucket}: the store is unreachable"):
+        finish()
+    with pytest.raises(StoreUnavailable, match="unreachable"):
+        store.put(b"refused while the store is down")
+    own_s3_server.start()
+    assert _keys(own_s3_server, bucket) == []  # nothing half-written, under any name
