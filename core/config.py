@@ -35,6 +35,10 @@ class Settings:
 
     db_url: str
     store_root: Path
+    # An S3-compatible bucket for the originals (``s3://BUCKET/PREFIX``), in place of
+    # the folder store_root; its endpoint for a server other than AWS (MinIO, Ceph).
+    store_url: str | None = None
+    s3_endpoint: str | None = None
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     lease_s: float = DEFAULT_LEASE_S
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -117,7 +121,14 @@ def settings_from(
     else:
         # A bare path is the friendliest spelling of a SQLite ledger.
         db_url = sqlite_url(Path(db))
+    store_url: str | None = None
+    if store is not None and str(store).startswith("s3://"):
+        store_url, store = str(store), None
     store_root = Path(store) if store is not None else base / DEFAULT_STORE_DIR
+    if store_url is not None and "store_url" not in overrides:
+        overrides["store_url"] = store_url
+    endpoint = overrides.get("s3_endpoint") or env.get("INGESTDESK_S3_ENDPOINT") or None
+    overrides["s3_endpoint"] = endpoint
     if env.get("INGESTDESK_MAX_UPLOAD_MB") and "max_upload_bytes" not in overrides:
         overrides["max_upload_bytes"] = upload_cap_bytes(
             env["INGESTDESK_MAX_UPLOAD_MB"], "INGESTDESK_MAX_UPLOAD_MB"

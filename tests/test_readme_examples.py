@@ -189,6 +189,7 @@ def test_only_the_known_sections_hold_sh_examples() -> None:
     # Benchmarks run minutes-long measurements (tests/test_bench_smoke.py).
     # An OpenAI-compatible embedding endpoint: tests/core/test_openai_provider.py.
     # Search: tests/retrieval/test_readme_search.py.
+    # Many hosts: tests/store/test_readme_s3.py (it needs an S3 server).
     assert holders == {
         "Quickstart",
         "Using it",
@@ -196,6 +197,7 @@ def test_only_the_known_sections_hold_sh_examples() -> None:
         "An OpenAI-compatible embedding endpoint",
         "Benchmarks",
         "Search",
+        "Many hosts: originals in an S3-compatible bucket",
     }
 
 

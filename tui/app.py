@@ -171,6 +171,12 @@ class IngestDeskApp(App[int]):
         self._quitting = False
         self.db_url = settings.db_url
         self._ledger_label = ledger_label(settings.db_url, read_only=read_only)
+        if settings.store_url:
+            # Originals in a bucket: which one (and its endpoint, never a key), so
+            # hosts meant to share it can be told apart. A local folder is the default.
+            from core.store import open_store
+
+            self._ledger_label += f"  store {visible(open_store(settings).label)}"
         self.sub_title = self._ledger_label
 
     @property

@@ -40,7 +40,16 @@ async def healthz(request: Request) -> dict[str, Any]:
             503, "LedgerUnavailable", f"ledger schema is {schema}, this server knows {SCHEMA_HEAD}"
         )
     revision = await ledger.reads.revision()
-    return {"status": "ok", "backend": ledger.backend, "schema": schema, "revision": revision}
+    # Which store the originals are in (a folder, or a bucket and its endpoint; never
+    # a credential): hosts that should share one can be seen to.
+    store = ledger.operator.store.label
+    return {
+        "status": "ok",
+        "backend": ledger.backend,
+        "schema": schema,
+        "revision": revision,
+        "store": store,
+    }
 
 
 class _Snapshot(Collector):

@@ -7,7 +7,7 @@ refused. Here the body is fed chunk by chunk to python-multipart's push parser a
 refused (413) the moment the ``file`` part passes the cap — and at once, when a
 ``Content-Length`` already says it will. The file part goes straight to an
 ``.incoming-*`` file in the object store, hashed as it arrives
-(:meth:`core.store.ObjectStore.receive`): an upload costs WRITE_BUFFER_BYTES of
+(:meth:`core.store.Store.receive`): an upload costs WRITE_BUFFER_BYTES of
 memory, not twice its size, and at most UPLOADS_AT_ONCE run at a time.
 
 Every refusal made while the body is still arriving closes the connection
@@ -27,7 +27,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from core.api.problems import ApiProblem
 from core.api.routing import hang_up
-from core.store import ObjectStore, Receiving, StoredObject
+from core.store import Receiving, Store, StoredObject
 
 if TYPE_CHECKING:
     pass
@@ -113,7 +113,7 @@ def _boundary(request: Request) -> bytes:
 
 
 async def read_upload(
-    request: Request, store: ObjectStore, max_bytes: int, slots: asyncio.Semaphore
+    request: Request, store: Store, max_bytes: int, slots: asyncio.Semaphore
 ) -> Upload:
     """The ``file`` part (stored as it arrives) and the optional ``name`` and
     ``replaces`` fields of a multipart request.
@@ -144,7 +144,7 @@ async def read_upload(
         slots.release()
 
 
-async def _receive(request: Request, store: ObjectStore, boundary: bytes, max_bytes: int) -> Upload:
+async def _receive(request: Request, store: Store, boundary: bytes, max_bytes: int) -> Upload:
     parts: list[_Part] = []
     state: dict[str, _Part | None] = {"current": None}
     pending = bytearray()  # file bytes parsed and not yet written

@@ -8,16 +8,16 @@ request refused after its original was stored while the ledger was unavailable,
 so it could not take it back; a document deleted by hand). Both are removed only
 once older than STALE_AFTER_S: an upload in flight has just written its file and
 not yet committed the document that references it. An object found already stored
-by a new upload is touched (:meth:`core.store.ObjectStore._holds`), so it is young
-again for as long as that upload needs.
+by a new upload is touched (:meth:`core.store.LocalStore._holds`; put again in a
+bucket), so it is young again for as long as that upload needs.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.cli.command import Command, on_ledger
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from core.ledger import Ledger
+    from core.store import StoreEntry
 
 RETENTION_DAYS = 7  # days an idempotency key is kept (core.ledger.idempotency)
 DAY_S = 24 * 3600.0
@@ -49,33 +50,31 @@ class Removed:
     bytes: int = 0
 
 
-def _stale(path: Path, now: float) -> int | None:
-    """The size of ``path`` if it is untouched for STALE_AFTER_S, else None (also for
-    a file gone since it was listed)."""
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return info.st_size if now - info.st_mtime >= STALE_AFTER_S else None
+def _stale(entry: StoreEntry, now: float) -> bool:
+    """Whether ``entry`` is untouched for STALE_AFTER_S (no upload in flight can be
+    about to reference it)."""
+    return now - entry.modified >= STALE_AFTER_S
 
 
-async def _prune_store(ledger: Ledger, dry_run: bool, removed: Removed) -> None:
+async def _prune_store(
+    ledger: Ledger, dry_run: bool, removed: Removed, *, now: float | None = None
+) -> None:
+    """Remove stale unfinished uploads and stale objects nothing references, from a
+    folder or a bucket alike (the store lists them, with their age). Listing and
+    removing block (a bucket answers over the network): they run in a thread."""
     from core.ledger.reads import unreferenced_objects
 
     store = ledger.operator.store
-    now = time.time()
-    for path in store.incoming():
-        size = _stale(path, now)
-        if size is not None:
-            removed.incoming += 1
-            removed.bytes += size
-            if not dry_run:
-                path.unlink(missing_ok=True)
-    candidates: dict[str, int] = {}
-    for key, path in store.objects():
-        size = _stale(path, now)
-        if size is not None:
-            candidates[key] = size
+    # ``now`` for a test: an object's date in a bucket cannot be moved back.
+    now = time.time() if now is None else now
+    unfinished = await asyncio.to_thread(lambda: [e for e in store.unfinished() if _stale(e, now)])
+    for entry in unfinished:
+        removed.incoming += 1
+        removed.bytes += entry.size
+        if not dry_run:
+            await asyncio.to_thread(store.remove_unfinished, entry.name)
+    listed = await asyncio.to_thread(lambda: [e for e in store.entries() if _stale(e, now)])
+    candidates = {entry.name: entry.size for entry in listed}
     keys = list(candidates)
     for start in range(0, len(keys), OBJECTS_PER_TRANSACTION):
         part = keys[start : start + OBJECTS_PER_TRANSACTION]

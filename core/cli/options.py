@@ -155,7 +155,16 @@ def common_options(*, top_level: bool) -> CliParser:
         help="ledger URL or SQLite path (env INGESTDESK_DB; default .ingestdesk/ledger.db)",
     )
     common.add_argument(
-        "--store", default=default(None), help="object store folder (env INGESTDESK_STORE)"
+        "--store",
+        default=default(None),
+        help="object store: a folder, or s3://BUCKET/PREFIX (env INGESTDESK_STORE)",
+    )
+    common.add_argument(
+        "--s3-endpoint",
+        metavar="URL",
+        default=default(None),
+        help="S3-compatible server for an s3:// store, e.g. MinIO "
+        "(env INGESTDESK_S3_ENDPOINT or AWS_ENDPOINT_URL; default AWS)",
     )
     # None: filled by default_actor() when a command opens the ledger (fill_actor).
     common.add_argument(
@@ -196,6 +205,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         overrides["max_upload_bytes"] = upload_cap_bytes(cap, "--max-upload-mb")
     if sync:
         overrides["sqlite_synchronous"] = sync.upper()
+    if getattr(args, "s3_endpoint", None):
+        overrides["s3_endpoint"] = args.s3_endpoint
     environ: dict[str, str] | None = None
     if cap is None and getattr(args, "command", None) not in UPLOADING_COMMANDS:
         # Not judged where it is not used (see UPLOADING_COMMANDS).

@@ -74,7 +74,6 @@ async def cmd_reconcile(ledger: Ledger, args: argparse.Namespace, out: Output) -
     from core.ingest.providers import NotSent
     from core.ingest.reconcile import Answer, reconcile
     from core.states import RequestState
-    from core.store import ObjectStore
 
     async def connect(url: str) -> RemoteProvider:
         try:
@@ -84,7 +83,7 @@ async def cmd_reconcile(ledger: Ledger, args: argparse.Namespace, out: Output) -
 
     decisions = await reconcile(
         ledger,
-        ObjectStore(ledger.settings.store_root),
+        ledger.operator.store,
         connect,
         endpoint=args.provider,
         everything=args.all,

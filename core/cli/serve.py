@@ -96,6 +96,11 @@ def run_serve(args: argparse.Namespace, out: Output) -> int:
     # does not resolve is one line and exit 1 (uvicorn would log it and exit 3, which
     # this CLI's scripts read as a state-machine conflict), and port 0 is reported as
     # the port it became.
+    # A bucket missing or refusing access is one line and exit 1 here, before the
+    # port opens, rather than a traceback from the app's start-up.
+    from core.store import open_store
+
+    open_store(settings).check()
     listener = _listen(args.host, args.port)
     host, port = listener.getsockname()[:2]
     bodies = BodyLimits(

@@ -44,7 +44,7 @@ from core.states import (
     RequestState,
     Stage,
 )
-from core.store import ObjectStore
+from core.store import Store
 
 
 class TaskLost(Exception):
@@ -182,9 +182,7 @@ def worker_options(spec: str, key: IndexKey) -> list[str]:
     return sorted(k for k in given if k not in key.options and k != "dimensions")
 
 
-def embedding_for(
-    provider: Embedder | RemoteProvider, ledger: Ledger, store: ObjectStore
-) -> Embedding:
+def embedding_for(provider: Embedder | RemoteProvider, ledger: Ledger, store: Store) -> Embedding:
     """The calls the pipeline makes to ``provider``: ledgered if it is remote."""
     if isinstance(provider, RemoteProvider):
         return LedgeredEmbedding(ledger, store, provider)
@@ -199,7 +197,7 @@ class LedgeredEmbedding(Embedding):
 
     may_wait = True
 
-    def __init__(self, ledger: Ledger, store: ObjectStore, provider: RemoteProvider) -> None:
+    def __init__(self, ledger: Ledger, store: Store, provider: RemoteProvider) -> None:
         self.ledger = ledger
         self.store = store
         self.remote = provider

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from core.errors import (
+    ERROR_DETAIL_MAX,
     LedgerUnreachable,
     NotFound,
     ObjectReadError,
@@ -53,7 +54,7 @@ from core.ledger import ChunkRecord, Claim, IndexView, Ledger
 from core.ledger.queue import LOST
 from core.safe_text import neutralise
 from core.states import DocumentKind, DocumentStatus, ErrorCode, Stage
-from core.store import ObjectStore
+from core.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +69,6 @@ ALWAYS_LOOK_UP_BYTES = 64 * 1024  # bytes; smaller originals look up only when s
 # Each wait is a hand-back and a history line: long enough not to flood the history
 # while a big document is parsed, short next to the parse it saves.
 KEY_WAIT_S = 10.0  # seconds a task waits before looking again at a task making its result
-# Originals up to this size are read (and hash-checked) on the event loop: ~30 us from
-# the local object store, less than the hop to a thread and back, which under GIL
-# contention from the embedder or ledger threads can wait milliseconds.
-STORE_READ_ON_LOOP_MAX_BYTES = 64 * 1024  # bytes
 # Markdown and plain text up to this size are parsed in the worker's own process, not
 # in a parser process. Text parsing is our own linear code (decode, NUL strip, regex
 # chunking; no native code, no recursion), so a hostile text can neither hang nor
@@ -124,7 +121,7 @@ class Pipeline:
     def __init__(
         self,
         ledger: Ledger,
-        store: ObjectStore,
+        store: Store,
         pool: ParserPool,
         embedder: Embedder | RemoteProvider,
         options: PipelineOptions | None = None,
@@ -156,7 +153,9 @@ class Pipeline:
             # The reason is our own short vocabulary (no paths, no traces).
             return await fail(exc.code, exc.reason)
         except ObjectReadError as exc:
-            return await fail(ErrorCode.OBJECT_READ_ERROR, error_detail_of(exc))
+            # Its message is the store's own words (missing, damaged, the bucket
+            # unreachable), never a path or a credential: the cause, for the operator.
+            return await fail(ErrorCode.OBJECT_READ_ERROR, exc.message[:ERROR_DETAIL_MAX])
         except ProviderUnavailable as exc:  # a NotSent may carry its code and Retry-After
             return await fail(*unavailable(exc), retry_after_s=retry_after_of(exc))
         # A failure on a provider request names it: review and reconcile find the task by it.
@@ -259,10 +258,9 @@ class Pipeline:
         ledger, opts = self.ledger, self.options
         # download (the claim set download 0/1; a worker's claim brings the document)
         document = claim.document or await ledger.reads.get_document(claim.document_id)
-        if document.size <= STORE_READ_ON_LOOP_MAX_BYTES:
-            data = self.store.get(document.object_key, document.sha256)
-        else:
-            data = await asyncio.to_thread(self.store.get, document.object_key, document.sha256)
+        # A small local original is read on the loop, anything else off it (see the
+        # store's read).
+        data = await self.store.read(document.object_key, document.sha256, document.size)
 
         # parse: the page count is only known once parsed, so the bar starts from
         # a cheap estimate. Counting page objects scans the bytes: big files are

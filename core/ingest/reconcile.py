@@ -55,7 +55,7 @@ from core.ledger import Ledger, ProviderRequestView
 from core.ledger.provider_requests import Requeue
 from core.safe_text import neutralise
 from core.states import ErrorCode, RequestState
-from core.store import ObjectStore
+from core.store import Store
 
 LOOKUP_BACKOFF_BASE_S = 2.0  # seconds before the second look-up; doubles after each
 LOOKUP_BACKOFF_MAX_S = 300.0  # seconds between look-ups at most
@@ -106,7 +106,7 @@ def split_vectors(blob: bytes, dimensions: int) -> list[bytes]:
     return [blob[i : i + size] for i in range(0, len(blob), size)]
 
 
-async def store_result(store: ObjectStore, reply: ProviderReply) -> tuple[str, str]:
+async def store_result(store: Store, reply: ProviderReply) -> tuple[str, str]:
     """Put a verified result's vectors into the object store (atomically: a crash
     leaves no half-written object behind). Returns its key and sha256."""
     blob = b"".join(reply.vectors)
@@ -115,7 +115,7 @@ async def store_result(store: ObjectStore, reply: ProviderReply) -> tuple[str, s
 
 async def record_result(
     ledger: Ledger,
-    store: ObjectStore,
+    store: Store,
     request_key: str,
     reply: ProviderReply,
     state: RequestState,
@@ -146,7 +146,7 @@ async def record_result(
 
 
 async def reconcile_one(
-    ledger: Ledger, store: ObjectStore, provider: RemoteProvider, request: ProviderRequestView
+    ledger: Ledger, store: Store, provider: RemoteProvider, request: ProviderRequestView
 ) -> Decision:
     """Look one unknown request up (at ``provider``: the caller checked that it is
     where the request was sent) and settle it as far as the answer allows; tasks
@@ -255,7 +255,7 @@ async def _elsewhere(ledger: Ledger, request: ProviderRequestView) -> Decision:
 
 async def reconcile(
     ledger: Ledger,
-    store: ObjectStore,
+    store: Store,
     connect: Callable[[str], Awaitable[RemoteProvider]],
     *,
     endpoint: str | None = None,
@@ -322,9 +322,7 @@ async def reconcile(
     return decisions
 
 
-async def reconcile_with(
-    ledger: Ledger, store: ObjectStore, provider: RemoteProvider
-) -> list[Decision]:
+async def reconcile_with(ledger: Ledger, store: Store, provider: RemoteProvider) -> list[Decision]:
     """One pass over the due unknown requests sent to ``provider``'s endpoint (what
     a worker runs on start and periodically, with the provider it already has)."""
     due = await ledger.providers.due(endpoint=provider.endpoint)

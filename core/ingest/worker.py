@@ -31,7 +31,6 @@ from core.ingest.worker_story import default_worker_id as default_worker_id
 from core.ledger import Claim, Ledger
 from core.safe_text import check_identifier
 from core.states import RequestState
-from core.store import ObjectStore
 
 # WorkerEvent, WorkerStats and the context variables live in worker_story and are
 # re-exported here (``import X as X``), where callers have always found them.
@@ -104,7 +103,7 @@ class Worker:
         self.pool = pool if pool is not None else ParserPool(workers=parsers or concurrency)
         self.pipeline = Pipeline(
             ledger,
-            ObjectStore(ledger.settings.store_root),
+            ledger.operator.store,
             self.pool,
             embedder or HashingEmbedder(),
             options,

@@ -31,6 +31,7 @@ views (:mod:`core.ledger.views`), never ORM rows.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
@@ -72,7 +73,7 @@ from core.ledger.views import (
     TaskView,
     WorkerView,
 )
-from core.store import ObjectStore
+from core.store import open_store
 
 
 def new_id() -> str:
@@ -98,7 +99,7 @@ class Ledger:
         self.reads = Reads(transactions, review_below=settings.ocr_review_below)
         self.queue = WorkQueue(transactions, settings, clock)
         self.operator = Operator(
-            transactions, settings, ObjectStore(settings.store_root), self.reads, clock, ids
+            transactions, settings, open_store(settings), self.reads, clock, ids
         )
         self.versions = Versions(
             transactions, self.operator, clock, review_below=settings.ocr_review_below
@@ -132,10 +133,14 @@ class Ledger:
         transactions = open_transactions(settings, create=create)
         try:
             await transactions.prepare()
+            ledger = cls(transactions, settings, clock=clock, ids=ids)
+            # A bucket that is missing or refuses access is one line now, not a
+            # failure per task later (a store merely unreachable is ridden out).
+            await asyncio.to_thread(ledger.operator.store.check)
         except BaseException:
             await transactions.close()
             raise
-        return cls(transactions, settings, clock=clock, ids=ids)
+        return ledger
 
     async def close(self) -> None:
         await self.transactions.close()

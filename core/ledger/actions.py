@@ -33,7 +33,7 @@ from core.ledger.transactions import Transactions
 from core.ledger.views import BulkResult, DocumentView, TaskView
 from core.safe_text import check_identifier, neutralise
 from core.states import CANCELLABLE, DocumentKind, DocumentStatus, Stage, TaskStatus
-from core.store import ObjectStore, Original, StoredObject
+from core.store import Original, Store, StoredObject
 
 REASON_MAX = 500  # characters of a reason kept in the history
 # Ids bound in one IN (...) list at most: SQLite allows 32766 host parameters.
@@ -55,7 +55,7 @@ class Operator:
         self,
         transactions: Transactions,
         settings: Settings,
-        store: ObjectStore,
+        store: Store,
         reads: Reads,
         clock: Callable[[], float],
         ids: Callable[[], str],
