@@ -244,11 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.dir or tempfile.mkdtemp(prefix="bench-store-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print_header("bench.store", args.quick, workdir)
+    # Everything of a run in a folder of its own, removed after it: a --dir given is
+    # left as it was found.
+    scratch = Path(tempfile.mkdtemp(prefix="bench-store-", dir=workdir))
     try:
-        run(args.quick, workdir)
+        run(args.quick, scratch)
     finally:
-        if args.dir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(scratch if args.dir else workdir, ignore_errors=True)
     return 0
 
 

@@ -41,6 +41,10 @@ EXPECTED_LINES = {
         # The README's bench.ingest runs the formats rows too (all of them: bench.formats).
         "ratio formats PDF, worker / bare pages/s:",
     ),
+    "bench.store": (
+        "ratio worker pages/s, S3 / local:",
+        "ratio upload MB/s, add / bare client:",
+    ),
     "bench.startup": (
         "ratio start-up --version / python -c pass:",
         "ratio start-up worker: exec to first claim / python -c pass:",
