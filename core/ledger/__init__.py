@@ -138,7 +138,11 @@ class Ledger:
         return cls(transactions, settings, clock=clock, ids=ids)
 
     async def close(self) -> None:
-        await self.transactions.close()
+        # Search's query embedders first: a remote one holds an HTTP client.
+        try:
+            await self.reads.searcher.close()
+        finally:
+            await self.transactions.close()
 
     async def take_back(self, created: list[str]) -> None:
         """Remove the objects a refused or interrupted request stored (``created``: new

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -42,7 +43,13 @@ from core.ingest.providers import (
     OutcomeUnknown,
     ProviderRejected,
 )
-from core.ledger.candidates import Candidate, chunk_rows, published_keys, vector_hit
+from core.ledger.candidates import (
+    Candidate,
+    chunk_rows,
+    published_keys,
+    vector_hit,
+    vectors_by_row,
+)
 from core.ledger.fusion import fuse, fused_hit, key_of, names_an_identifier
 from core.ledger.search import check_query, run_search
 from core.ledger.transactions import Transactions
@@ -50,7 +57,7 @@ from core.ledger.views import SearchHit, _View
 from core.states import ErrorCode
 
 if TYPE_CHECKING:
-    from core.ledger.vector_search import IndexLike, IndexSource, VectorCache
+    from core.ledger.vector_search import IndexLike, IndexSource, MatrixInfo, VectorCache
 
 # Candidates each leg of a hybrid search brings to the fusion: RRF only sees ranks,
 # and past ~100 a rank adds under 1/160 to a score.
@@ -162,15 +169,19 @@ class Searcher:
         *,
         embedders: EmbedderFactory = registry_embedder,
         or_leg: bool = False,
+        vector_path: str | None = None,
     ) -> None:
         """``or_leg``: hybrid search's keyword leg ORs the query's words (measured by
-        bench.search against the AND leg; not for use)."""
+        bench.search against the AND leg; not for use). ``vector_path``: the vector
+        structure (:data:`core.ledger.vector_search.PATHS`; None: the best this
+        machine can run)."""
         self._tx = transactions
         self._or_leg = or_leg
         self._indexes = indexes
         self._embedder_for = embedders
         self._embedders: dict[tuple[int, str, str, int], Any] = {}
         self._cache: VectorCache | None = None
+        self._vector_path = vector_path
 
     @property
     def cache(self) -> VectorCache:
@@ -178,8 +189,29 @@ class Searcher:
             assert self._indexes is not None
             from core.ledger.vector_search import VectorCache
 
-            self._cache = VectorCache(self._indexes)
+            self._cache = VectorCache(self._indexes, path=self._vector_path)
         return self._cache
+
+    async def warm(self, index: str | int) -> MatrixInfo:
+        """Load an index's vectors into this process now (an index about to be
+        activated: the first search after the switch then finds them loaded).
+
+        Raises:
+            NotFound: no such index.
+        """
+        assert self._indexes is not None
+        return await self.cache.warm(await self._indexes.get(index))
+
+    async def close(self) -> None:
+        """Close the query embedders this process made (a remote endpoint's HTTP
+        client); a later search makes them again."""
+        embedders, self._embedders = list(self._embedders.values()), {}
+        for embedder in embedders:
+            closing = getattr(embedder, "aclose", None) or getattr(embedder, "close", None)
+            if closing is not None:
+                done = closing()
+                if asyncio.iscoroutine(done):
+                    await done
 
     async def active(self) -> IndexLike | None:
         return None if self._indexes is None else await self._indexes.active()
@@ -217,8 +249,7 @@ class Searcher:
             return SearchAnswer(await keyword(limit), chosen.value, asked=label)
         if index is None:
             raise BadInput("no active index: vector search needs one (`ingestdesk index list`)")
-        from core.ledger.vector_search import SEARCH_PATH
-
+        path = self.cache.path
         if chosen == SearchMode.VECTOR:
             nearest = await self._nearest(index, query, limit, chunk_rows, include_unpublished)
             hits = [
@@ -227,7 +258,7 @@ class Searcher:
                 )
                 for r, (c, rows, v) in enumerate(nearest, start=1)
             ]
-            return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
+            return SearchAnswer(hits, chosen.value, index.name, path, asked=label)
         # The legs at once: the keyword leg's statement runs in the ledger's thread
         # while the vector leg multiplies the matrix on this one (at 1M vectors, each
         # is tens to hundreds of milliseconds).
@@ -244,7 +275,7 @@ class Searcher:
                 words[:limit] if not self._or_leg else await keyword(limit),
                 SearchMode.KEYWORD.value,
                 index=index.name,
-                path=SEARCH_PATH,
+                path=path,
                 notice=f"keyword ranks only: {ranked.message}",
                 asked=label,
             )
@@ -264,7 +295,7 @@ class Searcher:
             for k, score in order
             if k in found
         ]
-        return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
+        return SearchAnswer(hits, chosen.value, index.name, path, asked=label)
 
     async def _query_vector(self, index: IndexLike, query: str) -> bytes:
         key = (index.id, index.embedder, index.model, index.dimensions)
@@ -302,22 +333,28 @@ class Searcher:
         ``include_unpublished``), best first: (chunk id, what ``read`` found of it in
         the ledger, cosine). Candidates are checked by ``read`` in one statement, more
         of them while too few were published."""
-        from core.ledger.vector_search import as_query
+        from core.ledger.vector_search import RESCORE_MARGIN, as_query, rescore
 
         raw = await self._query_vector(index, query)
         matrix = await self.cache.current(index)
         q = as_query(raw, index.dimensions)
-        k = want * VECTOR_FIRST_FETCH
+        k = max(want * VECTOR_FIRST_FETCH, math.ceil(want * RESCORE_MARGIN))
         while True:
-            nearest = matrix.top(q, k)
-            found = await self._tx.read(
+            nearest = matrix.candidates(q, k)
+            found, exact = await self._tx.read(
                 partial(
-                    read,
-                    ids=[chunk for chunk, _ in nearest],
+                    _candidates,
+                    read=read,
+                    ids=[chunk for chunk, _, _ in nearest],
+                    rows=[row for _, row, _ in nearest] if matrix.rescored else [],
                     include_unpublished=include_unpublished,
                 )
             )
-            kept = [(c, found[c], score) for c, score in nearest if c in found]
+            ranked = [(chunk, score) for chunk, _, score in nearest]
+            if matrix.rescored:
+                # The int8 scan's order and scores give way to the exact ones.
+                ranked = rescore(q, [(c, r, exact[r]) for c, r, _ in nearest if r in exact])
+            kept = [(c, found[c], score) for c, score in ranked if c in found]
             if len(kept) >= want or k >= matrix.count:
                 return kept[:want]
             k *= VECTOR_WIDEN
@@ -341,6 +378,20 @@ class Searcher:
             )
         )
         return [vector_hit(rows[c.chunk_id], c, index) for c in ranked if c.chunk_id in rows]
+
+
+def _candidates(
+    conn: Connection,
+    *,
+    read: Callable[..., dict[int, Any]],
+    ids: list[int],
+    rows: list[int],
+    include_unpublished: bool,
+) -> tuple[dict[int, Any], dict[int, bytes]]:
+    """The vector leg's one read: what ``read`` finds of the candidates (their
+    publication), and the exact vectors of ``rows`` (to re-score an int8 scan's)."""
+    found = read(conn, ids=ids, include_unpublished=include_unpublished)
+    return found, vectors_by_row(conn, sorted(rows)) if rows else {}
 
 
 def _keyword(
