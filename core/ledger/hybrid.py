@@ -24,6 +24,7 @@ says so in :attr:`SearchAnswer.notice`, which every face shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib
 import math
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from core.errors import BadInput, ProviderUnreachable
+from core.errors import BadInput, NotFound, ProviderUnreachable
 from core.ingest.embedder import ProviderUnavailable
 from core.ingest.providers import (
     LookupUnavailable,
@@ -201,6 +202,16 @@ class Searcher:
         """
         assert self._indexes is not None
         return await self.cache.warm(await self._indexes.get(index))
+
+    async def warm_before_activation(self, index: str | int) -> None:
+        """:meth:`warm`, in a process that searches (it holds an index's vectors
+        already): the first search after the switch is then as quick as the last one
+        before. A process that never searched (``ingestdesk index activate``) loads
+        nothing; an unknown index is left for ``activate`` to refuse."""
+        if self._cache is None or not self._cache.holding():
+            return
+        with contextlib.suppress(NotFound):
+            await self.warm(index)
 
     async def close(self) -> None:
         """Close the query embedders this process made (a remote endpoint's HTTP

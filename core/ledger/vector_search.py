@@ -336,6 +336,10 @@ class VectorCache:
             return None
         return MatrixInfo(index_id, held.count, held.revision, held.nbytes, held.path, held.load_s)
 
+    def holding(self) -> list[int]:
+        """The ids of the indexes whose vectors this process holds."""
+        return list(self._matrices)
+
     def drop(self, index_id: int) -> None:
         """Forget an index (retired, dropped): its memory goes back."""
         self._matrices.pop(index_id, None)
