@@ -63,11 +63,15 @@ if TYPE_CHECKING:
 # Candidates each leg of a hybrid search brings to the fusion: RRF only sees ranks,
 # and past ~100 a rank adds under 1/160 to a score.
 HYBRID_CANDIDATES = 100
-# Vector candidates are checked for publication in the ledger: first twice the hits
-# asked for (most chunks of the active index are published), then, while too few
-# were, four times more, until the whole index has been looked at. Each candidate
-# costs two primary-key reads (16 ms for 400 at 1M chunks on the loaded machine).
-VECTOR_FIRST_FETCH = 2
+# Vector candidates are checked for publication in the ledger (and, on the int8
+# path, read again exactly): first 1.25 times the hits asked for and a few more (most
+# chunks of the active index are published; 1.25 is also the int8 scan's re-scoring
+# margin, see core.ledger.vector_search), then, while too few were published, four
+# times more, until the whole index has been looked at. Each candidate costs three
+# primary-key reads (~11 ms for 200 at 100k chunks under a load of 13; 2x the hits
+# asked for read 60% more than this).
+VECTOR_FIRST_FETCH = 1.25
+VECTOR_SPARE = 8
 VECTOR_WIDEN = 4
 HASHED_EMBEDDERS = frozenset({"hashed"})  # core.ingest.embedders' kind
 EMBEDDERS_MODULE = "core.ingest.embedders"  # the registry: EmbedderSpec, embedder_for
@@ -366,7 +370,7 @@ class Searcher:
         raw = await self._query_vector(index, query)
         matrix = await self.cache.current(index)
         q = as_query(raw, index.dimensions)
-        k = max(want * VECTOR_FIRST_FETCH, math.ceil(want * RESCORE_MARGIN))
+        k = math.ceil(want * max(VECTOR_FIRST_FETCH, RESCORE_MARGIN)) + VECTOR_SPARE
         while True:
             nearest = matrix.candidates(q, k)
             found, exact = await self._tx.read(
