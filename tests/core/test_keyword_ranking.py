@@ -1,7 +1,7 @@
 """Keyword search's ranking on both backends when its first fetch is not enough
 (SQLite ranks in FTS5 first and reads the rows of the best: core.ledger.search):
-versions not yet published that outrank the published ones, and ties at the edge
-of the limit, give the hits and order of one ranked statement."""
+versions not yet published that outrank the published ones do not hide them, and
+ties go to the older chunk (lower id) on both backends."""
 
 from __future__ import annotations
 
@@ -37,15 +37,15 @@ async def test_unpublished_matches_that_rank_first_do_not_hide_a_published_one(
     (hit,) = await ledger.reads.search("budget", limit=1)
     assert hit.document_id == shown and "**budget**" in hit.snippet
     everything = await ledger.reads.search("budget", limit=50, include_unpublished=True)
-    assert [h.document_id for h in everything] == [*sorted(drafts), shown]
+    assert [h.document_id for h in everything] == [*drafts, shown]  # ties: older first
 
 
-async def test_ties_at_the_edge_of_the_limit_are_ordered_by_document(ledger: Ledger) -> None:
+async def test_ties_go_to_the_older_chunk_on_both_backends(ledger: Ledger) -> None:
     same = [
         await finished(ledger, "quarterly budget review", f"q{i}.md", publish=True)
         for i in range(FIRST_FETCH_AT_1 + 6)
     ]
     hits = await ledger.reads.search("budget review", limit=3)
-    assert [h.document_id for h in hits] == sorted(same)[:3]
+    assert [h.document_id for h in hits] == same[:3]  # the first written, first
     assert len({h.score for h in hits}) == 1
     assert all(h.snippet.count("**") == 4 for h in hits)
