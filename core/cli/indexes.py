@@ -53,8 +53,12 @@ async def _list(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
 
 
 async def _show(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:
+    from core.ledger.vector_search import default_path
+
     progress = await ledger.campaigns.progress(args.index)
-    out.emit(progress.to_dict(), [_line(progress), f"version {progress.index.version}"])
+    # Which structure a search process here holds its vectors in (numkong installed?).
+    searched = f"searched here as {default_path()}"
+    out.emit(progress.to_dict(), [_line(progress), f"version {progress.index.version}", searched])
 
 
 async def _create(ledger: Ledger, args: argparse.Namespace, out: Output) -> None:

@@ -109,6 +109,11 @@ class Ledger:
         # Search answers from the active index's vectors (core.ledger.hybrid).
         self.reads.searcher = Searcher(transactions, self.indexes)
         self.campaigns = Campaigns(transactions, settings, clock, ids)
+        # A search process loads an index's vectors before it becomes the active one
+        # (through whichever searcher the reads hold then).
+        self.campaigns.before_activate = lambda index: self.reads.searcher.warm_before_activation(
+            index
+        )
         self.tokens = TokenRegistry(transactions, clock, ids)
         self.idempotency = IdempotencyKeys(transactions, clock)
         self.providers = ProviderLedger(transactions, clock)
@@ -143,7 +148,11 @@ class Ledger:
         return ledger
 
     async def close(self) -> None:
-        await self.transactions.close()
+        # Search's query embedders first: a remote one holds an HTTP client.
+        try:
+            await self.reads.searcher.close()
+        finally:
+            await self.transactions.close()
 
     async def take_back(self, created: list[str]) -> None:
         """Remove the objects a refused or interrupted request stored (``created``: new

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -274,6 +274,9 @@ class Campaigns:
         self.settings = settings
         self.clock = clock
         self.ids = ids
+        # Called with an index's id before it is activated: the ledger hands it
+        # search's warm-up (core.ledger.hybrid.Searcher.warm_before_activation).
+        self.before_activate: Callable[[str | int], Awaitable[object]] | None = None
 
     async def create(
         self, key: IndexKey, *, name: str | None = None, actor: str = "system"
@@ -378,6 +381,8 @@ class Campaigns:
                 ``force`` activates a building index anyway, knowing versions lack
                 vectors), or it is already active.
         """
+        if self.before_activate is not None:
+            await self.before_activate(name_or_id)
         now = self.clock()
 
         def tx(conn: Connection) -> IndexView:

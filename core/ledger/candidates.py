@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from core.ledger.schema import CHUNKS, DOCUMENTS
+from core.ledger.schema import CHUNK_VECTORS, CHUNKS, DOCUMENTS
 from core.ledger.search import SNIPPET_WORDS
 from core.ledger.views import SearchHit, chunk_place
 from core.states import DocumentStatus
@@ -45,6 +45,21 @@ def published_keys(
         shown = published(conn, sorted({c.document_id for c in chunks}))
         chunks = [c for c in chunks if c.document_id in shown]
     return {c.id: (c.document_id, c.ordinal) for c in chunks}
+
+
+def vectors_by_row(conn: Connection, row_ids: Sequence[int]) -> dict[int, bytes]:
+    """Row id -> vector of those ``chunk_vectors`` rows (by primary key): the exact
+    float32 vectors an int8 scan's candidates are scored again with. A row deleted
+    since the scan is simply absent."""
+    out: dict[int, bytes] = {}
+    for start in range(0, len(row_ids), ID_SLICE):
+        rows = conn.execute(
+            select(CHUNK_VECTORS.c.id, CHUNK_VECTORS.c.vector).where(
+                CHUNK_VECTORS.c.id.in_(row_ids[start : start + ID_SLICE])
+            )
+        )
+        out.update((r.id, bytes(r.vector)) for r in rows)
+    return out
 
 
 def published(conn: Connection, document_ids: Sequence[str]) -> set[str]:

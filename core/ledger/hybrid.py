@@ -24,8 +24,10 @@ says so in :attr:`SearchAnswer.notice`, which every face shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from core.errors import BadInput, ProviderUnreachable
+from core.errors import BadInput, NotFound, ProviderUnreachable
 from core.ingest.embedder import ProviderUnavailable
 from core.ingest.providers import (
     LookupUnavailable,
@@ -42,24 +44,34 @@ from core.ingest.providers import (
     OutcomeUnknown,
     ProviderRejected,
 )
-from core.ledger.candidates import Candidate, chunk_rows, published_keys, vector_hit
+from core.ledger.candidates import (
+    Candidate,
+    chunk_rows,
+    published_keys,
+    vector_hit,
+    vectors_by_row,
+)
 from core.ledger.fusion import fuse, fused_hit, key_of, names_an_identifier
-from core.ledger.search import check_query, run_search
+from core.ledger.search import check_query, ranked_hits, snippets_of
 from core.ledger.transactions import Transactions
 from core.ledger.views import SearchHit, _View
 from core.states import ErrorCode
 
 if TYPE_CHECKING:
-    from core.ledger.vector_search import IndexLike, IndexSource, VectorCache
+    from core.ledger.vector_search import IndexLike, IndexSource, MatrixInfo, VectorCache
 
 # Candidates each leg of a hybrid search brings to the fusion: RRF only sees ranks,
 # and past ~100 a rank adds under 1/160 to a score.
 HYBRID_CANDIDATES = 100
-# Vector candidates are checked for publication in the ledger: first twice the hits
-# asked for (most chunks of the active index are published), then, while too few
-# were, four times more, until the whole index has been looked at. Each candidate
-# costs two primary-key reads (16 ms for 400 at 1M chunks on the loaded machine).
-VECTOR_FIRST_FETCH = 2
+# Vector candidates are checked for publication in the ledger (and, on the int8
+# path, read again exactly): first 1.25 times the hits asked for and a few more (most
+# chunks of the active index are published; 1.25 is also the int8 scan's re-scoring
+# margin, see core.ledger.vector_search), then, while too few were published, four
+# times more, until the whole index has been looked at. Each candidate costs three
+# primary-key reads (~11 ms for 200 at 100k chunks under a load of 13; 2x the hits
+# asked for read 60% more than this).
+VECTOR_FIRST_FETCH = 1.25
+VECTOR_SPARE = 8
 VECTOR_WIDEN = 4
 HASHED_EMBEDDERS = frozenset({"hashed"})  # core.ingest.embedders' kind
 EMBEDDERS_MODULE = "core.ingest.embedders"  # the registry: EmbedderSpec, embedder_for
@@ -162,15 +174,19 @@ class Searcher:
         *,
         embedders: EmbedderFactory = registry_embedder,
         or_leg: bool = False,
+        vector_path: str | None = None,
     ) -> None:
         """``or_leg``: hybrid search's keyword leg ORs the query's words (measured by
-        bench.search against the AND leg; not for use)."""
+        bench.search against the AND leg; not for use). ``vector_path``: the vector
+        structure (:data:`core.ledger.vector_search.PATHS`; None: the best this
+        machine can run)."""
         self._tx = transactions
         self._or_leg = or_leg
         self._indexes = indexes
         self._embedder_for = embedders
         self._embedders: dict[tuple[int, str, str, int], Any] = {}
         self._cache: VectorCache | None = None
+        self._vector_path = vector_path
 
     @property
     def cache(self) -> VectorCache:
@@ -178,8 +194,39 @@ class Searcher:
             assert self._indexes is not None
             from core.ledger.vector_search import VectorCache
 
-            self._cache = VectorCache(self._indexes)
+            self._cache = VectorCache(self._indexes, path=self._vector_path)
         return self._cache
+
+    async def warm(self, index: str | int) -> MatrixInfo:
+        """Load an index's vectors into this process now (an index about to be
+        activated: the first search after the switch then finds them loaded).
+
+        Raises:
+            NotFound: no such index.
+        """
+        assert self._indexes is not None
+        return await self.cache.warm(await self._indexes.get(index))
+
+    async def warm_before_activation(self, index: str | int) -> None:
+        """:meth:`warm`, in a process that searches (it holds an index's vectors
+        already): the first search after the switch is then as quick as the last one
+        before. A process that never searched (``ingestdesk index activate``) loads
+        nothing; an unknown index is left for ``activate`` to refuse."""
+        if self._cache is None or not self._cache.holding():
+            return
+        with contextlib.suppress(NotFound):
+            await self.warm(index)
+
+    async def close(self) -> None:
+        """Close the query embedders this process made (a remote endpoint's HTTP
+        client); a later search makes them again."""
+        embedders, self._embedders = list(self._embedders.values()), {}
+        for embedder in embedders:
+            closing = getattr(embedder, "aclose", None) or getattr(embedder, "close", None)
+            if closing is not None:
+                done = closing()
+                if asyncio.iscoroutine(done):
+                    await done
 
     async def active(self) -> IndexLike | None:
         return None if self._indexes is None else await self._indexes.active()
@@ -208,17 +255,27 @@ class Searcher:
         chosen = asked or default_mode(index)
         backend = self._tx.backend
 
-        async def keyword(n: int, any_word: bool = False) -> list[SearchHit]:
+        async def keyword(
+            n: int, any_word: bool = False, snippets: bool = True
+        ) -> list[tuple[int, SearchHit]]:
             return await self._tx.read(
-                lambda conn: _keyword(conn, backend, query, n, include_unpublished, any_word)
+                partial(
+                    _keyword,
+                    backend=backend,
+                    query=query,
+                    limit=n,
+                    include_unpublished=include_unpublished,
+                    any_word=any_word,
+                    snippets=snippets,
+                )
             )
 
         if chosen == SearchMode.KEYWORD:
-            return SearchAnswer(await keyword(limit), chosen.value, asked=label)
+            hits = [h for _, h in await keyword(limit)]
+            return SearchAnswer(hits, chosen.value, asked=label)
         if index is None:
             raise BadInput("no active index: vector search needs one (`ingestdesk index list`)")
-        from core.ledger.vector_search import SEARCH_PATH
-
+        path = self.cache.path
         if chosen == SearchMode.VECTOR:
             nearest = await self._nearest(index, query, limit, chunk_rows, include_unpublished)
             hits = [
@@ -227,36 +284,42 @@ class Searcher:
                 )
                 for r, (c, rows, v) in enumerate(nearest, start=1)
             ]
-            return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
-        # The legs at once: the keyword leg's statement runs in the ledger's thread
-        # while the vector leg multiplies the matrix on this one (at 1M vectors, each
-        # is tens to hundreds of milliseconds).
+            return SearchAnswer(hits, chosen.value, index.name, path, asked=label)
+        # The legs at once: the keyword leg's statements run in the ledger's thread
+        # while the vector leg scans the matrix on this one (at 1M vectors, each is
+        # tens of milliseconds). The keyword leg marks no snippet: only the hits that
+        # make the cut are marked (at 1M chunks, 100 snippets took 27 ms, 10 took 2).
         want = max(limit, HYBRID_CANDIDATES)
-        words, ranked = await asyncio.gather(
-            keyword(want, self._or_leg),
+        legs = await asyncio.gather(
+            keyword(want, self._or_leg, snippets=False),
             self._vector_ranking(index, query, want, include_unpublished),
             return_exceptions=True,
         )
+        words, ranked = legs
         if isinstance(words, BaseException):
             raise words
         if isinstance(ranked, ProviderUnreachable):
+            shown = words[:limit] if not self._or_leg else await keyword(limit, snippets=False)
             return SearchAnswer(
-                words[:limit] if not self._or_leg else await keyword(limit),
+                await self._shown(query, shown, [], index.name, include_unpublished),
                 SearchMode.KEYWORD.value,
                 index=index.name,
-                path=SEARCH_PATH,
+                path=path,
                 notice=f"keyword ranks only: {ranked.message}",
                 asked=label,
             )
         if isinstance(ranked, BaseException):
             raise ranked
-        order = fuse(words, ranked, limit, keyword_first=names_an_identifier(query))
-        # Only the vector hits that made the cut are read whole (text, place).
-        found = {key_of(h): h for h in words}
+        order = fuse([h for _, h in words], ranked, limit, keyword_first=names_an_identifier(query))
+        # Only the hits that made the cut are read whole (a vector hit's text and
+        # place) or marked (a keyword hit's snippet).
         chosen_keys = dict(order)
-        wanted = [c for c in ranked if c.key in chosen_keys and c.key not in found]
-        found |= {
-            key_of(h): h for h in await self._hydrate(wanted, index.name, include_unpublished)
+        shown = [(c, h) for c, h in words if key_of(h) in chosen_keys]
+        in_words = {key_of(h) for _, h in shown}
+        wanted = [c for c in ranked if c.key in chosen_keys and c.key not in in_words]
+        found = {
+            key_of(h): h
+            for h in await self._shown(query, shown, wanted, index.name, include_unpublished)
         }
         by_key = {c.key: c for c in ranked}
         hits = [
@@ -264,7 +327,7 @@ class Searcher:
             for k, score in order
             if k in found
         ]
-        return SearchAnswer(hits, chosen.value, index.name, SEARCH_PATH, asked=label)
+        return SearchAnswer(hits, chosen.value, index.name, path, asked=label)
 
     async def _query_vector(self, index: IndexLike, query: str) -> bytes:
         key = (index.id, index.embedder, index.model, index.dimensions)
@@ -302,22 +365,28 @@ class Searcher:
         ``include_unpublished``), best first: (chunk id, what ``read`` found of it in
         the ledger, cosine). Candidates are checked by ``read`` in one statement, more
         of them while too few were published."""
-        from core.ledger.vector_search import as_query
+        from core.ledger.vector_search import RESCORE_MARGIN, as_query, rescore
 
         raw = await self._query_vector(index, query)
         matrix = await self.cache.current(index)
         q = as_query(raw, index.dimensions)
-        k = want * VECTOR_FIRST_FETCH
+        k = math.ceil(want * max(VECTOR_FIRST_FETCH, RESCORE_MARGIN)) + VECTOR_SPARE
         while True:
-            nearest = matrix.top(q, k)
-            found = await self._tx.read(
+            nearest = matrix.candidates(q, k)
+            found, exact = await self._tx.read(
                 partial(
-                    read,
-                    ids=[chunk for chunk, _ in nearest],
+                    _candidates,
+                    read=read,
+                    ids=[chunk for chunk, _, _ in nearest],
+                    rows=[row for _, row, _ in nearest] if matrix.rescored else [],
                     include_unpublished=include_unpublished,
                 )
             )
-            kept = [(c, found[c], score) for c, score in nearest if c in found]
+            ranked = [(chunk, score) for chunk, _, score in nearest]
+            if matrix.rescored:
+                # The int8 scan's order and scores give way to the exact ones.
+                ranked = rescore(q, [(c, r, exact[r]) for c, r, _ in nearest if r in exact])
+            kept = [(c, found[c], score) for c, score in ranked if c in found]
             if len(kept) >= want or k >= matrix.count:
                 return kept[:want]
             k *= VECTOR_WIDEN
@@ -329,37 +398,68 @@ class Searcher:
         nearest = await self._nearest(index, query, want, published_keys, include_unpublished)
         return [Candidate(c, key, score, r) for r, (c, key, score) in enumerate(nearest, 1)]
 
-    async def _hydrate(
-        self, ranked: Sequence[Candidate], index: str, include_unpublished: bool
+    async def _shown(
+        self,
+        query: str,
+        words: Sequence[tuple[int, SearchHit]],
+        ranked: Sequence[Candidate],
+        index: str,
+        include_unpublished: bool,
     ) -> list[SearchHit]:
-        """Vector hits, read whole (a chunk unpublished since it was ranked drops out)."""
-        rows = await self._tx.read(
-            partial(
-                chunk_rows,
+        """The hits shown, in one read: the keyword leg's ``words`` with their
+        snippets marked, then the vector leg's ``ranked`` read whole (a chunk
+        unpublished since it was ranked drops out)."""
+        backend, any_word = self._tx.backend, self._or_leg
+
+        def tx(conn: Connection) -> tuple[dict[int, str], dict[int, Any]]:
+            marked = snippets_of(conn, backend, query, [c for c, _ in words], any_word=any_word)
+            rows = chunk_rows(
+                conn,
                 ids=[c.chunk_id for c in ranked],
                 include_unpublished=include_unpublished,
             )
-        )
-        return [vector_hit(rows[c.chunk_id], c, index) for c in ranked if c.chunk_id in rows]
+            return marked, rows
+
+        marked, rows = await self._tx.read(tx)
+        return [replace(h, snippet=marked.get(c, h.snippet)) for c, h in words] + [
+            vector_hit(rows[c.chunk_id], c, index) for c in ranked if c.chunk_id in rows
+        ]
+
+
+def _candidates(
+    conn: Connection,
+    *,
+    read: Callable[..., dict[int, Any]],
+    ids: list[int],
+    rows: list[int],
+    include_unpublished: bool,
+) -> tuple[dict[int, Any], dict[int, bytes]]:
+    """The vector leg's one read: what ``read`` finds of the candidates (their
+    publication), and the exact vectors of ``rows`` (to re-score an int8 scan's)."""
+    found = read(conn, ids=ids, include_unpublished=include_unpublished)
+    return found, vectors_by_row(conn, sorted(rows)) if rows else {}
 
 
 def _keyword(
     conn: Connection,
+    *,
     backend: str,
     query: str,
     limit: int,
     include_unpublished: bool,
     any_word: bool = False,
-) -> list[SearchHit]:
-    hits = run_search(
+    snippets: bool = True,
+) -> list[tuple[int, SearchHit]]:
+    hits = ranked_hits(
         conn,
         backend,
         query,
         limit=limit,
         include_unpublished=include_unpublished,
         any_word=any_word,
+        snippets=snippets,
     )
     return [
-        replace(h, mode="keyword", keyword_rank=rank, keyword_score=h.score)
-        for rank, h in enumerate(hits, start=1)
+        (chunk, replace(h, mode="keyword", keyword_rank=rank, keyword_score=h.score))
+        for rank, (chunk, h) in enumerate(hits, start=1)
     ]

@@ -91,6 +91,32 @@ def pg_tsquery_text(terms: list[list[str]], *, any_word: bool) -> str:
     return (" | " if any_word else " & ").join(f"({p})" for p in phrases)
 
 
+def pg_config() -> ColumnElement[Any]:
+    """The text search configuration chunks.search was made with: the query and the
+    snippet must fold words as the column did. The database says which (one catalog
+    lookup a statement; the names are ours, not user text; to_regconfig() is
+    PostgreSQL 16's)."""
+    return literal_column(
+        "coalesce((SELECT oid::regconfig FROM pg_ts_config WHERE cfgname = "
+        f"'{PG_SEARCH_CONFIG}' LIMIT 1), '{PG_SEARCH_CONFIG_BEFORE}'::regconfig)"
+    )
+
+
+def pg_tsquery(terms: list[list[str]], *, any_word: bool) -> ColumnElement[Any]:
+    return func.to_tsquery(pg_config(), bindparam("q", pg_tsquery_text(terms, any_word=any_word)))
+
+
+def pg_headline(tsquery: ColumnElement[Any]) -> ColumnElement[Any]:
+    options = f"StartSel={MARK_START}, StopSel={MARK_END}, MaxWords={SNIPPET_WORDS + 4}, MinWords=6"
+    return func.ts_headline(pg_config(), CHUNKS.c.text, tsquery, options).label("snippet")
+
+
+def fts_query(terms: list[list[str]], *, any_word: bool) -> str:
+    """FTS5 query text: each term quoted, so user text is never FTS5 query syntax; a
+    term in quotes is an FTS5 phrase (its words adjacent, in order)."""
+    return (" OR " if any_word else " ").join('"' + " ".join(term) + '"' for term in terms)
+
+
 def search_statement(
     backend: str,
     terms: list[list[str]],
@@ -98,57 +124,112 @@ def search_statement(
     limit: int,
     include_unpublished: bool,
     any_word: bool = False,
+    snippets: bool = True,
 ) -> Select[Any]:
-    """The ranked statement over the query's terms (:func:`query_terms`);
-    ``any_word`` ORs the terms instead of requiring each (not
-    a mode of its own: bench.search measures hybrid search with such a leg against
-    the AND leg it uses)."""
+    """PostgreSQL's ranked statement over the query's terms (:func:`query_terms`);
+    ``any_word`` ORs the terms instead of requiring each (not a mode of its own:
+    bench.search measures hybrid search with such a leg against the AND leg it
+    uses). PostgreSQL computes ``ts_headline`` after the sort and the limit. SQLite
+    ranks in steps instead (:func:`sqlite_ranked`)."""
+    if backend != "postgresql":
+        raise ValueError("SQLite's keyword search is sqlite_ranked")
     joined = CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id)
-    if backend == "postgresql":
-        # The query and the snippet must fold words as the column did: the database
-        # says which configuration that was (one catalog lookup a statement; the
-        # names are ours, not user text; to_regconfig() is PostgreSQL 16's).
-        config: ColumnElement[Any] = literal_column(
-            "coalesce((SELECT oid::regconfig FROM pg_ts_config WHERE cfgname = "
-            f"'{PG_SEARCH_CONFIG}' LIMIT 1), '{PG_SEARCH_CONFIG_BEFORE}'::regconfig)"
-        )
-        tsquery = func.to_tsquery(config, bindparam("q", pg_tsquery_text(terms, any_word=any_word)))
-        vector: ColumnElement[Any] = literal_column("chunks.search")
-        options = (
-            f"StartSel={MARK_START}, StopSel={MARK_END}, MaxWords={SNIPPET_WORDS + 4}, MinWords=6"
-        )
-        score = func.ts_rank_cd(vector, tsquery, 1).label("score")
-        stmt = (
-            select(
-                *_COLUMNS,
-                score,
-                func.ts_headline(config, CHUNKS.c.text, tsquery, options).label("snippet"),
-            )
-            .select_from(joined)
-            .where(vector.op("@@")(tsquery))
-            .order_by(score.desc(), CHUNKS.c.document_id, CHUNKS.c.ordinal)
-        )
-    else:
-        # Quoted terms: user text must never be read as FTS5 query syntax.
-        # A term in quotes is an FTS5 phrase (its words adjacent, in order).
-        fts_query = (" OR " if any_word else " ").join('"' + " ".join(term) + '"' for term in terms)
-        stmt = (
-            select(
-                *_COLUMNS,
-                # bm25() is lower for better matches: negated, higher is better on
-                # both backends.
-                literal_column("-bm25(chunks_fts)").label("score"),
-                literal_column(
-                    f"snippet(chunks_fts, 0, '{MARK_START}', '{MARK_END}', '…', {SNIPPET_WORDS})"
-                ).label("snippet"),
-            )
-            .select_from(joined.join(text("chunks_fts"), text("chunks_fts.rowid = chunks.id")))
-            .where(text("chunks_fts MATCH :q").bindparams(q=fts_query))
-            .order_by(text("bm25(chunks_fts)"), CHUNKS.c.document_id, CHUNKS.c.ordinal)
-        )
+    tsquery = pg_tsquery(terms, any_word=any_word)
+    vector: ColumnElement[Any] = literal_column("chunks.search")
+    score = func.ts_rank_cd(vector, tsquery, 1).label("score")
+    shown = [pg_headline(tsquery)] if snippets else []
+    stmt = (
+        select(CHUNKS.c.id, *_COLUMNS, score, *shown)
+        .select_from(joined)
+        .where(vector.op("@@")(tsquery))
+        .order_by(score.desc(), CHUNKS.c.id)
+    )
     if not include_unpublished:
         stmt = stmt.where(DOCUMENTS.c.status == DocumentStatus.PUBLISHED.value)
     return stmt.limit(limit)
+
+
+# SQLite's keyword ranking reads this many FTS5 matches per hit asked for (and a few
+# more) at first, four times more while too few of them were published or ties at the
+# edge leave the order open. FTS5 ranks its matches by bm25 holding only (rowid,
+# score): at 1M chunks, 14 ms against 30 for the statement that joined every match
+# to its chunk and document before sorting (bench.search's 2-word queries, 600-9 000
+# matches each).
+KEYWORD_FIRST_FETCH = 1.25
+KEYWORD_SPARE = 8
+KEYWORD_WIDEN = 4
+# Ties (the same score: equal texts, or chunks of one length holding each word once)
+# go to the older chunk (lower id) on both backends: an order FTS5 gives by itself.
+# Ordered by document id and ordinal, as before, a tie at the edge of the limit had
+# to read every tied match's row: at 1M chunks, where the bench's chunks are all 40
+# words long, a 100-hit ranking took 155 ms p50 against 25 for 10 hits.
+_RANK_SQL = text(
+    "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH :q"
+    " ORDER BY bm25(chunks_fts), rowid LIMIT :n"
+)
+
+
+def sqlite_ranked(
+    conn: Connection, match: str, *, limit: int, include_unpublished: bool
+) -> list[tuple[int, float, Any]]:
+    """The best ``limit`` chunks for an FTS5 query (by bm25, ties to the lower chunk
+    id): (chunk id, bm25, chunk and version row).
+
+    Ranked first by FTS5 alone, then the rows of the best are read by primary key and
+    judged published here; while too few of them were published, more are fetched."""
+    n = int(limit * KEYWORD_FIRST_FETCH) + KEYWORD_SPARE
+    while True:
+        ranked = conn.execute(_RANK_SQL, {"q": match, "n": n}).all()
+        rows = _chunk_rows(conn, [r[0] for r in ranked])
+        kept = [
+            (cid, float(score), rows[cid])
+            for cid, score in ranked
+            if cid in rows
+            and (include_unpublished or rows[cid].status == DocumentStatus.PUBLISHED.value)
+        ]
+        if len(ranked) < n or len(kept) >= limit:
+            return kept[:limit]
+        n *= KEYWORD_WIDEN
+
+
+def _chunk_rows(conn: Connection, ids: list[int]) -> dict[int, Any]:
+    if not ids:
+        return {}
+    # Driven by the id list (primary key look-ups), the status read, not filtered on:
+    # see core.ledger.candidates.published.
+    stmt = (
+        select(CHUNKS.c.id, *_COLUMNS, DOCUMENTS.c.status)
+        .select_from(CHUNKS.join(DOCUMENTS, DOCUMENTS.c.id == CHUNKS.c.document_id))
+        .where(CHUNKS.c.id.in_(ids))
+    )
+    return {r.id: r for r in conn.execute(stmt)}
+
+
+def snippets_of(
+    conn: Connection, backend: str, query: str, chunk_ids: list[int], *, any_word: bool = False
+) -> dict[int, str]:
+    """Chunk id -> its snippet for ``query`` (the matched words marked), for the
+    chunks shown: hybrid search marks only the hits that made its cut."""
+    if not chunk_ids:
+        return {}
+    terms = _terms(query, any_word)
+    if backend == "postgresql":
+        stmt = select(CHUNKS.c.id, pg_headline(pg_tsquery(terms, any_word=any_word))).where(
+            CHUNKS.c.id.in_(chunk_ids)
+        )
+        return {r.id: r.snippet for r in conn.execute(stmt)}
+    stmt_text = text(
+        f"SELECT rowid, snippet(chunks_fts, 0, '{MARK_START}', '{MARK_END}', '…',"
+        f" {SNIPPET_WORDS}) FROM chunks_fts WHERE chunks_fts MATCH :q"
+        f" AND rowid IN ({', '.join(str(int(i)) for i in chunk_ids)})"
+    )
+    match = fts_query(terms, any_word=any_word)
+    return {int(r[0]): str(r[1]) for r in conn.execute(stmt_text, {"q": match})}
+
+
+def _terms(query: str, any_word: bool) -> list[list[str]]:
+    # The naive OR leg bench.search measures splits terms too: any word will do.
+    return [[w] for w in query_words(query)] if any_word else query_terms(query)
 
 
 def check_query(query: str, limit: int) -> list[str]:
@@ -181,32 +262,78 @@ def run_search(
     limit: int,
     include_unpublished: bool,
     any_word: bool = False,
+    snippets: bool = True,
 ) -> list[SearchHit]:
-    check_query(query, limit)
-    # The naive OR leg bench.search measures splits terms too: any word will do.
-    terms = [[w] for w in query_words(query)] if any_word else query_terms(query)
-    stmt = search_statement(
-        backend,
-        terms,
-        limit=limit,
-        include_unpublished=include_unpublished,
-        any_word=any_word,
-    )
-    rows = conn.execute(stmt).all()
-    places = [chunk_place(r.page, r.location) for r in rows]
+    """The best ``limit`` chunks for ``query``, best first. ``snippets=False``
+    leaves each hit's snippet empty (:func:`snippets_of` marks the ones shown)."""
     return [
-        SearchHit(
-            document_id=r.document_id,
-            filename=r.filename,
-            ordinal=r.ordinal,
-            page=r.page,
-            text=r.text,
-            family_id=r.family_id,
-            version_no=r.version_no,
-            score=float(f"{float(r.score):.6g}"),  # six significant digits: bm25 can be tiny
-            snippet=r.snippet,
-            location=location,
-            place=place,
+        hit
+        for _, hit in ranked_hits(
+            conn,
+            backend,
+            query,
+            limit=limit,
+            include_unpublished=include_unpublished,
+            any_word=any_word,
+            snippets=snippets,
         )
-        for r, (location, place) in zip(rows, places, strict=True)
     ]
+
+
+def ranked_hits(
+    conn: Connection,
+    backend: str,
+    query: str,
+    *,
+    limit: int,
+    include_unpublished: bool,
+    any_word: bool = False,
+    snippets: bool = True,
+) -> list[tuple[int, SearchHit]]:
+    """:func:`run_search`'s hits with their chunk ids."""
+    check_query(query, limit)
+    terms = _terms(query, any_word)
+    if backend == "postgresql":
+        stmt = search_statement(
+            backend,
+            terms,
+            limit=limit,
+            include_unpublished=include_unpublished,
+            any_word=any_word,
+            snippets=snippets,
+        )
+        found = [
+            (r.id, float(r.score), r, r.snippet if snippets else "") for r in conn.execute(stmt)
+        ]
+    else:
+        match = fts_query(terms, any_word=any_word)
+        ranked = sqlite_ranked(conn, match, limit=limit, include_unpublished=include_unpublished)
+        marked = (
+            snippets_of(conn, backend, query, [c for c, _, _ in ranked], any_word=any_word)
+            if snippets
+            else {}
+        )
+        # bm25() is lower for better matches: negated, higher is better on both.
+        found = [(cid, -score, row, marked.get(cid, "")) for cid, score, row in ranked]
+    out = []
+    for cid, score, r, snippet in found:
+        location, place = chunk_place(r.page, r.location)
+        out.append(
+            (
+                cid,
+                SearchHit(
+                    document_id=r.document_id,
+                    filename=r.filename,
+                    ordinal=r.ordinal,
+                    page=r.page,
+                    text=r.text,
+                    family_id=r.family_id,
+                    version_no=r.version_no,
+                    score=float(f"{score:.6g}"),  # six significant digits: bm25 can be tiny
+                    snippet=snippet,
+                    location=location,
+                    place=place,
+                ),
+            )
+        )
+    return out

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from core.ledger.vector_search import default_path
 from tests.api.conftest import Api
 from tests.api.test_checklist import is_problem, submit, upload
 
@@ -49,7 +50,7 @@ def test_a_server_answers_vectors_written_by_worker_processes_after_it_started(a
         assert (hit["mode"], hit["vector_rank"], hit["keyword_rank"]) == ("vector", 1, None)
         assert hit["index"] == answer.headers["X-Search-Index"] != ""
         assert answer.headers["X-Search-Mode"] == "vector"
-        assert answer.headers["X-Search-Path"].startswith("exact")
+        assert answer.headers["X-Search-Path"] == default_path()  # int8+rescore here
 
         pilots = ingested(api, client, publisher, PILOTS, "pilots.md")
         answer = search(client, "harbour pilots", mode="vector")

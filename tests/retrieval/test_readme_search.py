@@ -29,7 +29,7 @@ def test_the_search_examples_do_what_the_readme_says(tmp_path: Path) -> None:
 
     ran = ok(shell(hybrid, tmp_path))
     header, first, *_ = ran.lines
-    assert header == "mode=hybrid index=wordllama-256 vectors: exact (numpy float32)"
+    assert header == "mode=hybrid index=wordllama-256 vectors: int8+rescore"
     assert "keyword=#1 " in first and "hr-121-home-office-stipend.md:" in first
 
     ran = ok(shell(vector, tmp_path))

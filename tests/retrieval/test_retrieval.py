@@ -59,3 +59,27 @@ async def test_hybrid_loses_to_neither_keyword_nor_vector_search(ledger: Ledger)
     assert scores["exact@1", "hybrid"][0] >= scores["exact@1", "keyword"][0], table
     # Not a bar the set must clear by construction: what the numbers are now.
     assert para["vector"] >= 0.6 and exact["keyword"] == 1.0, table
+
+
+async def test_the_int8_path_answers_as_the_exact_path_does(ledger: Ledger) -> None:
+    """The int8 scan re-scored in float32 (the default) gives the exact path's hits,
+    in its order, with its cosines, for every question of the set and every mode
+    that reads vectors."""
+    from core.ledger.hybrid import Searcher
+    from core.ledger.vector_search import EXACT_F32, INT8_RESCORE
+
+    worker = Worker(ledger, "w-retrieval", embedder=wordllama(), register=False)
+    await ingest(ledger, lambda: worker.run(until_idle=True))
+    answers: dict[str, list[object]] = {}
+    for path in (EXACT_F32, INT8_RESCORE):
+        ledger.reads.searcher = Searcher(ledger.transactions, ledger.indexes, vector_path=path)
+        answers[path] = []
+        for q in questions():
+            for mode in ("vector", "hybrid"):
+                answer = await ledger.reads.find(q.ask, mode=mode, limit=10)
+                assert answer.path == path
+                answers[path].append(
+                    [(h.document_id, h.ordinal, h.vector_rank, h.vector_score) for h in answer.hits]
+                )
+        await ledger.reads.searcher.close()
+    assert answers[INT8_RESCORE] == answers[EXACT_F32]
