@@ -15,7 +15,6 @@ bucket), so it is young again for as long as that upload needs.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -62,6 +61,8 @@ async def _prune_store(
     """Remove stale unfinished uploads and stale objects nothing references, from a
     folder or a bucket alike (the store lists them, with their age). Listing and
     removing block (a bucket answers over the network): they run in a thread."""
+    import asyncio  # here, not at the top: building the command line must not load it
+
     from core.ledger.reads import unreferenced_objects
 
     store = ledger.operator.store
