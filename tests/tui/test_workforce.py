@@ -184,6 +184,9 @@ async def test_a_ledger_outage_is_shown_and_the_work_resumes_after_it(
                 pilot, troubled, within=OUTAGE_WAIT_S, what="both workers to notice the outage"
             )
             await wait_for(pilot, lambda: LEDGER_DOWN_MARK in app.sub_title, within=OUTAGE_WAIT_S)
+            # The toast comes with the mark and goes after its timeout (5 s): looked at
+            # now, not after the panel's redraw, which a loaded machine can delay past it.
+            assert any("cannot read the ledger" in n for n in notes(app))
             # Each line says the outage in words: riding it out, or stopped and why
             # (the ledger unreachable, or the driver's own one line). The panel is
             # redrawn at its next refresh after the state changed: wait for that.
@@ -200,7 +203,6 @@ async def test_a_ledger_outage_is_shown_and_the_work_resumes_after_it(
                 within=OUTAGE_WAIT_S,
                 what=lambda: f"the panel to show the outage: {workers_text(app)!r}",
             )
-            assert any("cannot read the ledger" in n for n in notes(app))
             assert_clean(app)
             # Leases of the tasks held at the outage run out while the server is down.
             await asyncio.sleep(LEASE_S * 2)
