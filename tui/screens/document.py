@@ -22,12 +22,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Static
+from textual.widgets import Header, Static
 
 from core import DocumentStatus, DocumentView, NotFound, SearchHit, visible
 from core.states import DOCUMENT_MEANING, PageDecision
 from tui.desk import Desk, desk_of
 from tui.format import HIT_STYLE, failure_line, plain, shorten, snippet_text, when
+from tui.widgets.data_table import DataTable
 from tui.widgets.footer import WholeKeysFooter
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Static
+from textual.widgets import Header, Static
 
 from core import (
     ERRORS,
@@ -35,6 +35,7 @@ from tui.desk import Desk, desk_of
 from tui.format import age, clock_time, failure_line, shorten, when
 from tui.messages import LedgerChanged
 from tui.screens.provider_review import waits_for_review
+from tui.widgets.data_table import DataTable
 from tui.widgets.footer import WholeKeysFooter
 
 GROUP_TASKS_MAX = 500  # tasks listed for one group

@@ -26,13 +26,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Static
+from textual.widgets import Header, Static
 
 from core import ChunkView, DocumentStatus, DocumentView, TaskStatus, visible
 from tui import policy
 from tui.desk import Desk, desk_of
 from tui.format import age, failure_line, shorten
 from tui.messages import LedgerChanged
+from tui.widgets.data_table import DataTable
 from tui.widgets.footer import WholeKeysFooter
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Static
+from textual.widgets import Header, Static
 
 from core import (
     ERRORS,
@@ -43,6 +43,7 @@ from tui.desk import Desk, desk_of
 from tui.format import age, failure_line, plain, shorten, when
 from tui.messages import LedgerChanged
 from tui.widgets.counts import request_state_label
+from tui.widgets.data_table import DataTable
 from tui.widgets.footer import WholeKeysFooter
 
 CHUNK_PREVIEW = 5  # chunks shown
