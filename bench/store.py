@@ -7,9 +7,14 @@ start it: :mod:`tests.store.s3server`):
   the same PDFs, stored in a local folder and in the bucket; runs alternate, twice
   each, and the faster of each counts. A worker started on an empty queue gives each
   store's start-up (imports, the bucket check), printed apart, and the rate past it.
-* **upload**: MB/s of the ledger's own upload path (``add``: judge, store, record,
-  queue; in-process, so interpreter start-up is not in it) into the bucket, against
-  the bare client (obstore ``put``) putting the same files under another prefix.
+* **upload**: MB/s of the ledger's own upload path (``add FILE...``: judge and store
+  each file, then record and queue them all in one transaction; in-process, so
+  interpreter start-up is not in it) into the bucket, against the bare client
+  (obstore ``put``) putting the same files under another prefix.
+
+Beside the wall times it prints the CPU seconds of our processes and of the S3
+server's: on this 2-core machine the server shares the cores with the worker and its
+parser, which a real bucket on another host does not.
 
 Run: ``python -m bench.store [--quick]`` (needs the test extra: moto, reportlab).
 """
@@ -20,11 +25,13 @@ import argparse
 import asyncio
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import (
@@ -82,19 +89,42 @@ def _big_notes(folder: Path, count: int) -> list[Path]:
     return files
 
 
-def _cli(store: list[str], db: Path, *args: str, cwd: Path) -> float:
-    """Run the CLI; its wall time in seconds."""
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _process_cpu_s(pid: int) -> float:
+    """CPU seconds a running process has used (Linux /proc), its own threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Run:
+    wall_s: float
+    cpu_s: float  # the command's own processes (worker and its parser process)
+    server_cpu_s: float = 0.0  # the S3 server's, meanwhile
+
+
+def _cli(store: list[str], db: Path, *args: str, cwd: Path, server: int | None = None) -> Run:
+    """Run the CLI; its wall time and CPU seconds, and the S3 server's meanwhile."""
     env = python_env() | ACCESS
     command = [sys.executable, "-m", "core.cli", "--db", str(db), *store, *args]
+    cpu, served = _children_cpu_s(), _process_cpu_s(server) if server else 0.0
     started = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args[:2])} failed: {done.stderr.strip()[-500:]}")
-    return elapsed
+    return Run(
+        elapsed,
+        _children_cpu_s() - cpu,
+        (_process_cpu_s(server) - served) if server else 0.0,
+    )
 
 
-def _worker_run(store: list[str], files: list[Path], run_dir: Path) -> float:
+def _worker_run(store: list[str], files: list[Path], run_dir: Path, server: int) -> Run:
     run_dir.mkdir()
     db = run_dir / "ledger.db"
     if not files:  # start-up alone: a ledger whose queue is already drained
@@ -104,10 +134,22 @@ def _worker_run(store: list[str], files: list[Path], run_dir: Path) -> float:
         _cli(store, db, "worker", "--until-idle", "--embedder", "hashed", cwd=run_dir)
     else:
         _cli(store, db, "add", *map(str, files), cwd=run_dir)
-    return _cli(store, db, "worker", "--until-idle", "--embedder", "hashed", cwd=run_dir)
+    worker = ("worker", "--until-idle", "--embedder", "hashed")
+    return _cli(store, db, *worker, cwd=run_dir, server=server)
 
 
-async def _upload_mb_s(bucket: str, endpoint: str, files: list[Path], workdir: Path) -> float:
+@dataclass
+class Upload:
+    mb_s: float
+    cpu_s: float  # this process's, while the files went up
+    server_cpu_s: float  # the S3 server's, meanwhile
+
+
+async def _upload(
+    bucket: str, endpoint: str, files: list[Path], workdir: Path, server: int
+) -> Upload:
+    """What ``ingestdesk add FILE...`` does in-process (interpreter start-up is not in
+    it): every file judged, stored, then one transaction records and queues them."""
     from core import Ledger, Settings, sqlite_url
 
     settings = Settings(
@@ -119,15 +161,16 @@ async def _upload_mb_s(bucket: str, endpoint: str, files: list[Path], workdir: P
     async with await Ledger.open(settings) as ledger:
         # The first request opens the connection: warm it, as the bare client's is.
         await asyncio.to_thread(ledger.operator.store.put, b"warm-up")
+        cpu, served = time.process_time(), _process_cpu_s(server)
         started = time.perf_counter()
-        for path in files:
-            document = await ledger.operator.upload(path.read_bytes(), path.name)
-            await ledger.operator.submit(document.document_id)
+        inputs = [(path.read_bytes(), path.name) for path in files]
+        await ledger.operator.add_many(inputs, submit=True)
         elapsed = time.perf_counter() - started
-    return sum(p.stat().st_size for p in files) / 1e6 / elapsed
+        used, server_used = time.process_time() - cpu, _process_cpu_s(server) - served
+    return Upload(sum(p.stat().st_size for p in files) / 1e6 / elapsed, used, server_used)
 
 
-def _bare_mb_s(bucket: str, endpoint: str, files: list[Path]) -> float:
+def _bare_upload(bucket: str, endpoint: str, files: list[Path], server: int) -> Upload:
     import obstore
     from obstore.store import S3Store
 
@@ -142,11 +185,13 @@ def _bare_mb_s(bucket: str, endpoint: str, files: list[Path]) -> float:
         client_options={"allow_http": True},
     )
     obstore.put(client, "warm-up", b"warm-up")  # the first request opens the connection
+    cpu, served = time.process_time(), _process_cpu_s(server)
     started = time.perf_counter()
     for path in files:
         obstore.put(client, path.name, path.read_bytes())
     elapsed = time.perf_counter() - started
-    return sum(p.stat().st_size for p in files) / 1e6 / elapsed
+    used, server_used = time.process_time() - cpu, _process_cpu_s(server) - served
+    return Upload(sum(p.stat().st_size for p in files) / 1e6 / elapsed, used, server_used)
 
 
 def run(quick: bool, workdir: Path) -> None:
@@ -184,48 +229,78 @@ def run(quick: bool, workdir: Path) -> None:
         )
         s3 = ["--store", f"s3://{bucket}/reads", "--s3-endpoint", endpoint]
         stores = {"local": lambda i: ["--store", str(workdir / f"objects-{i}")], "s3": lambda i: s3}
-        runs: dict[str, list[float]] = {"local": [], "s3": []}
-        idle: dict[str, float] = {}
+        runs: dict[str, list[Run]] = {"local": [], "s3": []}
+        idle: dict[str, Run] = {}
         for i in (1, 2):  # alternated, the faster of each counts
             for name, store in stores.items():
-                runs[name].append(_worker_run(store(i), pdfs, workdir / f"{name}-{i}"))
+                runs[name].append(_worker_run(store(i), pdfs, workdir / f"{name}-{i}", server.pid))
         for name, store in stores.items():  # start-up: the same worker, nothing to do
-            idle[name] = _worker_run(store(9), [], workdir / f"{name}-idle")
+            idle[name] = _worker_run(store(9), [], workdir / f"{name}-idle", server.pid)
         total_pages = docs * pages
-        local_rate, s3_rate = total_pages / min(runs["local"]), total_pages / min(runs["s3"])
-        marginal = {n: total_pages / max(1e-9, min(runs[n]) - idle[n]) for n in runs}
+        best = {n: min(runs[n], key=lambda r: r.wall_s) for n in runs}
+        local_rate, s3_rate = total_pages / best["local"].wall_s, total_pages / best["s3"].wall_s
+        marginal = {n: total_pages / max(1e-9, best[n].wall_s - idle[n].wall_s) for n in runs}
         print_table(
             f"one worker, {docs} PDFs x {pages} pages (wall, faster of 2 runs each)",
-            ["store", "seconds", "pages/s", "start-up s", "pages/s past start-up"],
+            [
+                "store",
+                "seconds",
+                "pages/s",
+                "start-up s",
+                "pages/s past start-up",
+                "worker CPU s",
+                "S3 server CPU s",
+            ],
             [
                 (
                     label,
-                    fmt_num(min(runs[n]), 2),
-                    fmt_num(total_pages / min(runs[n])),
-                    fmt_num(idle[n], 2),
+                    fmt_num(best[n].wall_s, 2),
+                    fmt_num(total_pages / best[n].wall_s),
+                    fmt_num(idle[n].wall_s, 2),
                     fmt_num(marginal[n]),
+                    fmt_num(best[n].cpu_s, 2),
+                    fmt_num(best[n].server_cpu_s, 2),
                 )
                 for n, label in (("local", "local folder"), ("s3", "S3 on loopback"))
             ],
         )
-        bare, added = [], []
+        bare: list[Upload] = []
+        added: list[Upload] = []
         for _ in (1, 2):  # alternated, the faster of each counts
-            bare.append(_bare_mb_s(bucket, endpoint, notes))
-            added.append(asyncio.run(_upload_mb_s(bucket, endpoint, notes, workdir)))
+            bare.append(_bare_upload(bucket, endpoint, notes, server.pid))
+            added.append(asyncio.run(_upload(bucket, endpoint, notes, workdir, server.pid)))
+        fastest = {
+            "bare": max(bare, key=lambda u: u.mb_s),
+            "add": max(added, key=lambda u: u.mb_s),
+        }
         print_table(
             f"upload, {big} files x {BIG_FILE_BYTES // (1024 * 1024)} MiB (faster of 2 runs each)",
-            ["path", "MB/s"],
-            [("bare obstore put", fmt_num(max(bare))), ("add into S3", fmt_num(max(added)))],
+            ["path", "MB/s", "client CPU s", "S3 server CPU s"],
+            [
+                (label, fmt_num(u.mb_s), fmt_num(u.cpu_s, 2), fmt_num(u.server_cpu_s, 2))
+                for label, u in (
+                    ("bare obstore put", fastest["bare"]),
+                    ("add into S3", fastest["add"]),
+                )
+            ],
         )
     finally:
         server.terminate()
         server.communicate(timeout=60)
-    read_ratio, upload_ratio = ratio(s3_rate, local_rate), ratio(max(added), max(bare))
+    read_ratio, upload_ratio = (
+        ratio(s3_rate, local_rate),
+        ratio(fastest["add"].mb_s, fastest["bare"].mb_s),
+    )
     print_ratio("worker pages/s, S3 / local", read_ratio, "one worker process, wall")
     print_ratio(
         "worker pages/s past start-up, S3 / local",
         ratio(marginal["s3"], marginal["local"]),
         "start-up (an idle run) taken off",
+    )
+    print_ratio(
+        "worker CPU s, S3 / local",
+        ratio(best["s3"].cpu_s, best["local"].cpu_s),
+        "the worker's and its parser's CPU; the S3 server's own is apart, on the same 2 cores",
     )
     print_ratio("upload MB/s, add / bare client", upload_ratio, "same files, same server")
     print_targets(

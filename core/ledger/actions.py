@@ -38,6 +38,10 @@ from core.store import Original, Store, StoredObject
 REASON_MAX = 500  # characters of a reason kept in the history
 # Ids bound in one IN (...) list at most: SQLite allows 32766 host parameters.
 IN_LIST_MAX = 1000
+# Originals of one batch stored at once: a bucket's round trips (and a folder's
+# fsyncs) overlap, where one at a time left the link idle while each file was hashed
+# and each reply awaited.
+STORE_IN_FLIGHT = 4
 
 
 def _one_of(names: list[str]) -> str:
@@ -160,7 +164,7 @@ class Operator:
                 problems.append(exc.message)
         if problems:
             raise BadInput("; ".join(problems))
-        stored = [await self._stored(data) for data, _ in files]
+        stored = await self._stored_all([data for data, _ in files])
         now = self.clock()
         ids = [self._ids() for _ in files]
         return [
@@ -169,6 +173,23 @@ class Operator:
                 ids, files, kinds, stored, strict=True
             )
         ]
+
+    async def _stored_all(self, originals: Sequence[Original]) -> list[tuple[str, str, int]]:
+        """Store a batch's originals, STORE_IN_FLIGHT at a time, and only then raise
+        the first failure: every object stored is noted for a take-back by then."""
+        gate = asyncio.Semaphore(STORE_IN_FLIGHT)
+
+        async def one(data: Original) -> tuple[str, str, int]:
+            async with gate:
+                return await self._stored(data)
+
+        results = await asyncio.gather(*(one(data) for data in originals), return_exceptions=True)
+        stored = []
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            stored.append(result)
+        return stored
 
     async def _stored(self, data: Original) -> tuple[str, str, int]:
         """(key, sha256, size) of an original, stored now unless it came as a stream

@@ -237,10 +237,13 @@ class S3Store:
         digest = sha256_hex(data)
         key = key_for(digest)
         try:
-            existed = self._exists(key)
-            obstore.put(
-                self.client, key, data, chunk_size=PART_BYTES, max_concurrency=PARTS_IN_FLIGHT
-            )
+            if len(data) <= PART_BYTES:
+                existed = self._put_one(key, data)
+            else:
+                existed = self._exists(key)
+                obstore.put(
+                    self.client, key, data, chunk_size=PART_BYTES, max_concurrency=PARTS_IN_FLIGHT
+                )
         except StoreUnavailable:
             raise
         except Exception as exc:
@@ -248,6 +251,24 @@ class S3Store:
         if not existed:
             note_created(key)
         return key, digest
+
+    def _put_one(self, key: str, data: bytes) -> bool:
+        """Put in one request; whether the key was there before.
+
+        A new original (the usual case) is one conditional request, If-None-Match: *,
+        where a HEAD and a PUT were two; an existing one is put again to renew it
+        (see :meth:`put`). A server that ignores the condition overwrites,
+        and the object is then noted as new to this request: a take-back still removes
+        only an object no document references (``Ledger.take_back``)."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            obstore.put(self.client, key, data, mode="create", use_multipart=False)
+        except (AlreadyExistsError, PreconditionError):
+            obstore.put(self.client, key, data, use_multipart=False)
+            return True
+        return False
 
     def receive(self) -> S3Receiving:
         return S3Receiving(self)
