@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,7 +20,15 @@ from core.cli.maintenance import STALE_AFTER_S, Removed, _prune_store
 from core.errors import ObjectReadError, StoreUnavailable
 from core.store import track_created
 from core.store.s3 import INCOMING_DIR, PART_BYTES, S3Store
-from tests.store.conftest import SECRET_KEY, S3Server, aws_env, s3_cli, s3_settings
+from tests.store.conftest import (
+    ACCESS_KEY,
+    REPO_ROOT,
+    SECRET_KEY,
+    S3Server,
+    aws_env,
+    s3_cli,
+    s3_settings,
+)
 
 pytestmark = pytest.mark.usefixtures("aws_credentials")
 
@@ -97,6 +107,52 @@ def test_a_missing_bucket_or_no_credentials_is_one_line_at_start_up(
     run = s3_cli(s3_settings(s3_server, tmp_path), "add", str(note), env=nobody)
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert "no AWS credentials found" in run.stderr
+
+
+PROBE = """
+import sys
+from core.store.s3 import S3Store
+store = S3Store(sys.argv[1], endpoint=sys.argv[2])
+key, digest = store.put(b"read back through " + sys.argv[3].encode())
+assert store.get(key, digest).endswith(sys.argv[3].encode())
+print("botocore" in sys.modules)
+"""
+
+
+def test_keys_in_the_environment_need_no_botocore_and_a_profile_still_works(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket = f"s3://{s3_server.new_bucket()}/originals"
+
+    def probe(env: dict[str, str], how: str) -> bool:
+        run = subprocess.run(
+            [sys.executable, "-c", PROBE, bucket, s3_server.endpoint, how],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip() == "True"
+
+    # Keys in the environment and no config file to read: botocore would answer the
+    # same, so it is not imported (0.15 s of every command's start).
+    assert probe(aws_env(), "the environment") is False
+    # A named profile in the shared files: botocore's resolution, as the AWS tools'.
+    credentials = tmp_path / "credentials"
+    credentials.write_text(
+        f"[desk]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n"
+    )
+    profiled = {k: v for k, v in aws_env().items() if not k.startswith("AWS_ACCESS_KEY")}
+    del profiled["AWS_SECRET_ACCESS_KEY"]
+    profiled |= {"AWS_PROFILE": "desk", "AWS_SHARED_CREDENTIALS_FILE": str(credentials)}
+    assert probe(profiled, "a profile") is True
+    # Keys in the environment beside a config file: the file may name a region or an
+    # endpoint, so botocore reads it.
+    config = tmp_path / "config"
+    config.write_text("[default]\nregion = us-east-1\n")
+    assert probe(aws_env() | {"AWS_CONFIG_FILE": str(config)}, "keys and a config") is True
 
 
 def test_upload_and_worker_on_a_bucket_with_no_local_store(
