@@ -251,7 +251,7 @@ def name_drivers(
         for value in values.get(field, ()):
             if field is None and not _bare_drivable(dialect, value):
                 continue
-            if not name_index.few_named(conn, value):
+            if not name_index.few_named(conn, value, FILTERED):
                 continue
             driver: ColumnElement[bool] = TASKS.c.document_id.in_(
                 name_index.named_documents(dialect, value)

@@ -18,6 +18,7 @@ than three characters has no trigram, and is matched as before.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import String, column, func, literal, literal_column, select, table, text
@@ -78,10 +79,11 @@ def named_documents(dialect: str, value: str) -> Select[tuple[str]]:
     return select(named.c.id).where(_named(named, dialect, value))
 
 
-def few_named(conn: Connection, value: str) -> bool:
+def few_named(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:
     """Whether at most :data:`FEW_DOCUMENTS` documents carry ``value`` in their name,
     and the index can say so cheaply (on PostgreSQL only with pg_trgm's index: a
-    count by LIKE alone reads every document)."""
+    count by LIKE alone reads every document). ``options`` execute the count (the
+    filters' own statement cache)."""
     if not indexable(value):
         return False
     dialect = conn.dialect.name
@@ -90,10 +92,11 @@ def few_named(conn: Connection, value: str) -> bool:
         # (50 ms for name:report's 83 000 at a million; this stops at the bound).
         matching: Select[Any] = _indexed(value)
     else:
-        found = conn.execute(text("SELECT to_regclass(:name)"), {"name": POSTGRES_INDEX})
+        exists = text("SELECT to_regclass(:name)")
+        found = conn.execute(exists, {"name": POSTGRES_INDEX}, execution_options=options)
         if found.scalar() is None:
             return False
         matching = named_documents(dialect, value)
     bounded = matching.limit(FEW_DOCUMENTS + 1).subquery()
-    count = conn.execute(select(func.count()).select_from(bounded)).scalar()
-    return int(count or 0) <= FEW_DOCUMENTS
+    counted = conn.execute(select(func.count()).select_from(bounded), execution_options=options)
+    return int(counted.scalar() or 0) <= FEW_DOCUMENTS
