@@ -29,11 +29,19 @@ from sqlalchemy.sql.selectable import NamedFromClause
 from core.ledger.schema import DOCUMENTS
 
 TRIGRAM = 3  # characters of the shortest value the index can find
-# Documents matching a name at most for a list to start from them. Past this, the
-# list's own order finds a page sooner: at a million tasks a name in 2 000 documents
-# leaves ~25 000 tasks to read in order for 50 matches (~50 ms), as many as gathering
-# and sorting its 2 000 tasks costs (measured in bench.scale's ledger, README).
+# What a list costs read each way, measured at a million tasks on SQLite (bench.scale's
+# ledger): from the index, ~15 µs a matching document (its tasks sought, the lot
+# sorted: 80 ms for name:report-00's 5 461); in order, ~7 µs a task read (name:zzz
+# read all 1 000 000 in ~7 s). A list starts from the documents when gathering them is
+# the cheaper estimate.
+DRIVE_US_PER_DOCUMENT = 15
+SCAN_US_PER_TASK = 7
+PAGE_MATCHES = 50  # matches the estimate plans for: a screenful
+# Documents matching a name at most for a list to start from them where the index
+# cannot say how far an ordered read would go (PostgreSQL).
 FEW_DOCUMENTS = 2000
+# Documents counted at most to decide: a count past this costs more than it saves.
+COUNT_MAX = 100_000
 
 _SQLITE_INDEX = table("documents_name_index", column("rowid"))
 POSTGRES_INDEX = "ix_documents_name_trigrams"
@@ -54,7 +62,7 @@ def _like_escaped(value: str) -> str:
     return value.replace("/", "//").replace("%", "/%").replace("_", "/_")
 
 
-def _indexed(value: str) -> Select[tuple[int]]:
+def _indexed(value: str) -> Select[Any]:
     """The rowids of the documents whose folded name contains ``value``, from the
     SQLite ledger's index."""
     phrase = literal(_phrase(value), String)
@@ -80,23 +88,41 @@ def named_documents(dialect: str, value: str) -> Select[tuple[str]]:
 
 
 def few_named(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:
-    """Whether at most :data:`FEW_DOCUMENTS` documents carry ``value`` in their name,
-    and the index can say so cheaply (on PostgreSQL only with pg_trgm's index: a
-    count by LIKE alone reads every document). ``options`` execute the count (the
-    filters' own statement cache)."""
+    """Whether a list matching ``value`` in names is read sooner from the documents
+    the index finds than in its own order (executed with ``options``: the filters'
+    own statement cache).
+
+    On SQLite, documents' rowids follow their creation, as the list's order follows
+    tasks': the :data:`PAGE_MATCHES`-th newest match says how many tasks an ordered
+    read would pass before it fills a page, and a bounded count how many documents
+    gathering would read. On PostgreSQL (GIN keeps no order) only the count, against
+    :data:`FEW_DOCUMENTS`; there is no index to ask without pg_trgm (a count by LIKE
+    would read every document)."""
     if not indexable(value):
         return False
-    dialect = conn.dialect.name
-    if dialect == "sqlite":
-        # The index alone, one row a document: IN (…) would gather every match first
-        # (50 ms for name:report's 83 000 at a million; this stops at the bound).
-        matching: Select[Any] = _indexed(value)
-    else:
-        exists = text("SELECT to_regclass(:name)")
-        found = conn.execute(exists, {"name": POSTGRES_INDEX}, execution_options=options)
-        if found.scalar() is None:
-            return False
-        matching = named_documents(dialect, value)
-    bounded = matching.limit(FEW_DOCUMENTS + 1).subquery()
+    if conn.dialect.name == "sqlite":
+        return _sqlite_drives(conn, value, options)
+    exists = text("SELECT to_regclass(:name)")
+    if conn.execute(exists, {"name": POSTGRES_INDEX}, execution_options=options).scalar() is None:
+        return False
+    return _at_most(conn, named_documents(conn.dialect.name, value), FEW_DOCUMENTS, options)
+
+
+def _sqlite_drives(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:
+    newest = _indexed(value).order_by(_SQLITE_INDEX.c.rowid.desc())
+    last_of_page = newest.offset(PAGE_MATCHES - 1).limit(1)
+    rowid: int | None = conn.execute(last_of_page, execution_options=options).scalar()
+    if rowid is None:
+        return True  # not a page of documents: their tasks are few
+    newest_rowid: Select[Any] = select(func.max(literal_column("rowid"))).select_from(DOCUMENTS)
+    passed = int(conn.execute(newest_rowid, execution_options=options).scalar() or 0) - rowid
+    # Gathering n documents beats reading ``passed`` tasks in order while n stays under:
+    bound = min(passed * SCAN_US_PER_TASK // DRIVE_US_PER_DOCUMENT, COUNT_MAX)
+    return bound > PAGE_MATCHES and _at_most(conn, _indexed(value), bound, options)
+
+
+def _at_most(conn: Connection, rows: Select[Any], bound: int, options: Mapping[str, Any]) -> bool:
+    """Whether ``rows`` are at most ``bound`` (counted no further)."""
+    bounded = rows.limit(bound + 1).subquery()
     counted = conn.execute(select(func.count()).select_from(bounded), execution_options=options)
-    return int(counted.scalar() or 0) <= FEW_DOCUMENTS
+    return int(counted.scalar() or 0) <= bound
