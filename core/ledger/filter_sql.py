@@ -232,6 +232,10 @@ def filter_clauses(
 
 # The pattern fields whose values are (or may be) in a document's name.
 _NAMED_FIELDS = (None, "name")
+# Every task id is 32 lowercase hex digits (uuid4().hex: core.ledger.new_id, the
+# queue's), so a word with any other character, or longer, starts none.
+_TASK_ID_CHARS = frozenset("0123456789abcdef")
+_TASK_ID_LENGTH = 32
 # The id after every id starting with a prefix, in SQLite's (binary) order.
 _PAST_PREFIX = "\U0010ffff"
 
@@ -243,20 +247,20 @@ def name_drivers(
     (core.ledger.name_index). Each is implied by the clauses of its group (a task its
     group matches passes it), so adding them changes no answer, only where a plan
     starts: ``tasks.document_id IN (the documents)``, a seek of its index per
-    document. One per group, for its first value few documents carry: every value
-    of a group must match, so any one of them bounds the tasks."""
+    document. One per group, for its first value the index finds cheaper than the
+    list's order: every value of a group must match, so any one bounds the tasks."""
     dialect = conn.dialect.name
     drivers: list[ColumnElement[bool]] = []
     for field in _NAMED_FIELDS:
         for value in values.get(field, ()):
-            if field is None and not _bare_drivable(dialect, value):
+            id_prefix = field is None and _may_start_an_id(value)
+            if field is None and not _bare_drivable(dialect, value, id_prefix=id_prefix):
                 continue
             if not name_index.few_named(conn, value, FILTERED):
                 continue
-            driver: ColumnElement[bool] = TASKS.c.document_id.in_(
-                name_index.named_documents(dialect, value)
-            )
-            if field is None:
+            named = name_index.named_documents(dialect, value)
+            driver: ColumnElement[bool] = TASKS.c.document_id.in_(named)
+            if id_prefix:
                 # A bare word also matches a task id's prefix: a range of the primary
                 # key, so that each side of the OR seeks an index.
                 in_range = (TASKS.c.id >= value) & (TASKS.c.id < value + _PAST_PREFIX)
@@ -266,12 +270,18 @@ def name_drivers(
     return drivers
 
 
-def _bare_drivable(dialect: str, value: str) -> bool:
-    """Whether a bare word's tasks are only those its name and id find: no error code
-    contains it (a code is one of ErrorCode's, each a task row's error_code), and the
-    ledger orders ids byte by byte (SQLite: PostgreSQL's collation may not, so a range
-    of ids would not be their prefix)."""
-    return dialect == "sqlite" and not any(value in code.value for code in ErrorCode)
+def _may_start_an_id(value: str) -> bool:
+    return len(value) <= _TASK_ID_LENGTH and _TASK_ID_CHARS.issuperset(value)
+
+
+def _bare_drivable(dialect: str, value: str, *, id_prefix: bool) -> bool:
+    """Whether a bare word's tasks are all among those its name and id find: no error
+    code contains it (a code is one of ErrorCode's, each a task row's error_code), and
+    where it may start a task id, the ledger orders ids byte by byte (SQLite; a
+    PostgreSQL collation may not, so a range of ids need not hold their prefix)."""
+    if any(value in code.value for code in ErrorCode):
+        return False
+    return dialect == "sqlite" or not id_prefix
 
 
 def _pattern_clause(match: Match, values: list[str], *, negate: bool) -> ColumnElement[bool]:
