@@ -48,8 +48,9 @@ POSTGRES_INDEX = "ix_documents_name_trigrams"
 
 
 def indexable(value: str) -> bool:
-    """Whether the index can find ``value`` (a folded, unescaped value)."""
-    return len(value) >= TRIGRAM
+    """Whether the index can find ``value`` (a folded, unescaped value). Not with a
+    NUL in it: FTS5 reads its query text as a C string ("unterminated string")."""
+    return len(value) >= TRIGRAM and "\x00" not in value
 
 
 def _phrase(value: str) -> str:
