@@ -68,7 +68,6 @@ FILTERS = (
     "name:txt name:100",
     "name:rge name:ber name:cht",
     "pars",  # an error code's part: the bare word's code side
-    "name:a\x00bc",  # FTS5 cannot read a NUL in its query: matched by LIKE
     f"name:{fold(LONG)[:TERM_VALUE_MAX]}",
     f"name:{fold(LONG)[1:200]}",
     f"name:{'z' * TERM_VALUE_MAX}",
@@ -126,7 +125,10 @@ async def test_name_filters_agree_with_the_in_memory_matcher(
     assert fold(LONG)[:TERM_VALUE_MAX] in {fold(n) for n in names}  # kept whole
     # Bare words that start task ids (or would, but for one letter past hex).
     ids = [everything[0].task_id[:5], everything[3].task_id, everything[5].task_id[:4] + "g"]
-    await _agree(ledger, everything, [*FILTERS, *ids, *_random_filters(names, 150)])
+    # FTS5 cannot read a NUL in its query: matched by LIKE (PostgreSQL refuses a NUL in
+    # any text, as it did before the index).
+    nul = ["name:a\x00bc"] if ledger.backend == "sqlite" else []
+    await _agree(ledger, everything, [*FILTERS, *ids, *nul, *_random_filters(names, 150)])
 
 
 def _plan(conn: Connection, expr: str) -> str:
