@@ -10,6 +10,12 @@ from pathlib import Path
 
 # What each revision added, as the statements that take it back.
 UNDO: dict[str, tuple[str, ...]] = {
+    "0017": (
+        "DROP TRIGGER documents_name_index_insert",
+        "DROP TRIGGER documents_name_index_delete",
+        "DROP TRIGGER documents_name_index_update",
+        "DROP TABLE documents_name_index",
+    ),
     "0016": (
         "DROP TRIGGER tr_task_counters_insert",
         "DROP TRIGGER tr_task_counters_delete",

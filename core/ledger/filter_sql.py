@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import String, exists, false, literal, literal_column, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement, func
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -36,8 +37,9 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.util import LRUCache
 
 from core.filters import SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
+from core.ledger import name_index
 from core.ledger.schema import DOCUMENTS, TASKS
-from core.states import TaskStatus
+from core.states import ErrorCode, TaskStatus
 
 # Filtered statements are compiled into a cache of their own: a client cycling through
 # filter shapes then evicts only other filters' statements, never the hot unfiltered
@@ -173,12 +175,16 @@ _OPPOSITE = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "=": "!="}
 
 
 def filter_clauses(
-    task_filter: TaskFilter, single: Callable[[Term], ColumnElement[bool]]
+    task_filter: TaskFilter,
+    single: Callable[[Term], ColumnElement[bool]],
+    conn: Connection | None = None,
 ) -> list[ColumnElement[bool]]:
     """The WHERE clauses of ``task_filter`` (AND-ed), a bounded number whatever its
     terms. ``single`` makes the clause of a term no group here knows (one each,
-    identical terms once)."""
+    identical terms once). With ``conn``, a name few documents carry also drives the
+    list from those documents (:func:`name_drivers`)."""
     patterns: dict[tuple[str | None, bool], list[str]] = defaultdict(list)
+    wanted_names: dict[str | None, list[str]] = defaultdict(list)
     equal: dict[str, set[str]] = defaultdict(set)
     unequal: dict[str, set[str]] = defaultdict(set)
     attempts: dict[str, set[int]] = defaultdict(set)
@@ -190,6 +196,8 @@ def filter_clauses(
             value = _escaped(prepare(term.value))
             if value not in group:
                 group.append(value)
+                if not term.negate and term.field in _NAMED_FIELDS:
+                    wanted_names[term.field].append(prepare(term.value))
         elif term.field in _EQUALITY_FIELDS:
             (unequal if term.negate else equal)[term.field].add(term.value)
         elif term.field == "attempt":
@@ -201,6 +209,8 @@ def filter_clauses(
     for field, negate in sorted(patterns, key=lambda k: (k[0] or "", k[1])):
         match = _PATTERN_FIELDS[field][1]
         clauses.append(_pattern_clause(match, patterns[field, negate], negate=negate))
+    if conn is not None:
+        clauses.extend(name_drivers(conn, wanted_names))
     for field, wanted in sorted(equal.items()):
         if len(wanted) > 1:  # one column equal to two values at once
             return [false()]
@@ -218,6 +228,60 @@ def filter_clauses(
     clauses.extend(_attempt_clauses(attempts))
     clauses.extend(single(term) for term in others)
     return clauses
+
+
+# The pattern fields whose values are (or may be) in a document's name.
+_NAMED_FIELDS = (None, "name")
+# Every task id is 32 lowercase hex digits (uuid4().hex: core.ledger.new_id, the
+# queue's), so a word with any other character, or longer, starts none.
+_TASK_ID_CHARS = frozenset("0123456789abcdef")
+_TASK_ID_LENGTH = 32
+# The id after every id starting with a prefix, in SQLite's (binary) order.
+_PAST_PREFIX = "\U0010ffff"
+
+
+def name_drivers(
+    conn: Connection, values: Mapping[str | None, list[str]]
+) -> list[ColumnElement[bool]]:
+    """Clauses that let a list start from the few documents a wanted name is in
+    (core.ledger.name_index). Each is implied by the clauses of its group (a task its
+    group matches passes it), so adding them changes no answer, only where a plan
+    starts: ``tasks.document_id IN (the documents)``, a seek of its index per
+    document. One per group, for its first value the index finds cheaper than the
+    list's order: every value of a group must match, so any one bounds the tasks."""
+    dialect = conn.dialect.name
+    drivers: list[ColumnElement[bool]] = []
+    for field in _NAMED_FIELDS:
+        for value in values.get(field, ()):
+            id_prefix = field is None and _may_start_an_id(value)
+            if field is None and not _bare_drivable(dialect, value, id_prefix=id_prefix):
+                continue
+            if not name_index.few_named(conn, value, FILTERED):
+                continue
+            named = name_index.named_documents(dialect, value)
+            driver: ColumnElement[bool] = TASKS.c.document_id.in_(named)
+            if id_prefix:
+                # A bare word also matches a task id's prefix: a range of the primary
+                # key, so that each side of the OR seeks an index.
+                in_range = (TASKS.c.id >= value) & (TASKS.c.id < value + _PAST_PREFIX)
+                driver = driver | in_range
+            drivers.append(driver)
+            break
+    return drivers
+
+
+def _may_start_an_id(value: str) -> bool:
+    return len(value) <= _TASK_ID_LENGTH and _TASK_ID_CHARS.issuperset(value)
+
+
+def _bare_drivable(dialect: str, value: str, *, id_prefix: bool) -> bool:
+    """Whether a bare word's tasks are all among those its name and id find: no error
+    code contains it (a code is one of ErrorCode's, each a task row's error_code), and
+    where it may start a task id, the ledger orders ids byte by byte (SQLite; a
+    PostgreSQL collation may not, so a range of ids need not hold their prefix)."""
+    if any(value in code.value for code in ErrorCode):
+        return False
+    return dialect == "sqlite" or not id_prefix
 
 
 def _pattern_clause(match: Match, values: list[str], *, negate: bool) -> ColumnElement[bool]:

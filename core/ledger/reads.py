@@ -114,8 +114,6 @@ class Reads:
             query = query.where(
                 tuple_(TASKS.c.created_at, TASKS.c.id) < tuple_(before.created_at, before.task_id)
             )
-        if filter:
-            query = query.where(*filter_clauses(filter, self._term_clause))
         if status is not None:
             query = query.where(status_is(TaskStatus(status).value))
         if error_code is not None:
@@ -131,7 +129,16 @@ class Reads:
         if limit is not None:
             query = query.limit(limit)
         options = FILTERED if filter else None
-        return await self._tx.read(lambda conn: _views(conn, query, options))
+
+        def tx(conn: Connection) -> list[TaskView]:
+            # The filter's clauses in the transaction: a rare name is looked up first
+            # (core.ledger.name_index).
+            listing = (
+                query.where(*filter_clauses(filter, self._term_clause, conn)) if filter else query
+            )
+            return _views(conn, listing, options)
+
+        return await self._tx.read(tx)
 
     async def reusable_result(self, key: str) -> ReusableResult | None:
         """The newest succeeded task with this processing key whose document still
@@ -235,13 +242,14 @@ class Reads:
             TASKS.outerjoin(DOCUMENTS, DOCUMENTS.c.id == TASKS.c.document_id)
         )
         options = FILTERED if filter else {}
-        if filter:
-            matching = matching.where(*filter_clauses(filter, self._term_clause))
-        if at_most is not None:
-            matching = matching.limit(at_most + 1)
-        query = select(func.count()).select_from(matching.subquery())
 
         def tx(conn: Connection) -> int:
+            counted = matching
+            if filter:
+                counted = counted.where(*filter_clauses(filter, self._term_clause, conn))
+            if at_most is not None:
+                counted = counted.limit(at_most + 1)
+            query = select(func.count()).select_from(counted.subquery())
             return int(conn.execute(query, execution_options=options).scalar() or 0)
 
         return await self._tx.read(tx)

@@ -69,7 +69,10 @@ DOCUMENTS = Table(
     # Display text only: never joined into a path.
     Column("filename", String(255), nullable=False),
     # The name as filters match it (core.filters.fold), written with the row: folding
-    # in a filter's SQL costs a Python call per row and term on SQLite (0012).
+    # in a filter's SQL costs a Python call per row and term on SQLite (0012). Indexed
+    # by trigram outside these declarations (0017, core.ledger.name_index): on SQLite
+    # an FTS5 table keyed by this table's rowid and kept by triggers, so a migration
+    # that copies this table must rebuild it ('rebuild') and its triggers.
     Column("filename_folded", String(255), nullable=True),
     # Indexed: a claim asks whether another document holds the same bytes (only then
     # can a result to reuse, or a twin making it, exist).

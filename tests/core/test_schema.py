@@ -164,14 +164,14 @@ def _schema_differences(url: str) -> list[object]:
 
 
 def search_index(name: str | None, kind: str, parent: object) -> bool:
-    """False for the search index's own parts, which migration 0002 makes outside the
-    declared tables: FTS5's tables on SQLite, the tsvector column and its GIN index on
-    PostgreSQL."""
+    """False for the search indexes' own parts, which migrations 0002 (chunks) and 0017
+    (documents' names) make outside the declared tables: FTS5's tables on SQLite, the
+    tsvector column and the GIN indexes on PostgreSQL."""
     if name is None:
         return True
     if kind == "table":
-        return not name.startswith("chunks_fts")
-    return name not in {"search", "ix_chunks_search"}
+        return not name.startswith(("chunks_fts", "documents_name_index"))
+    return name not in {"search", "ix_chunks_search", "ix_documents_name_trigrams"}
 
 
 async def test_the_migrations_make_the_schema_the_code_declares(tmp_path: Path) -> None:

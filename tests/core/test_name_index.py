@@ -1,0 +1,272 @@
+"""Name filters over the trigram index of documents' names (migration 0017): the
+same tasks as the in-memory matcher whichever way a list is read (driven from the
+index, or in its own order), the index filled for documents already there, and a
+rare name read from its documents rather than from every task."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from core import Ledger, Settings, TaskView, parse_filter, sqlite_url
+from core.filters import TERM_VALUE_MAX, fold
+from core.ledger import name_index
+from tests.core.test_cli import TEXT
+from tests.core.test_worker import add
+
+LONG = "Ä" + "long-name_" * 25 + "%end.txt"  # 259 characters: a display name keeps 255
+NAMES = (
+    "ÄRGER-Bericht.txt",
+    "ärger.txt",
+    "100%_done.txt",
+    "100_percent.txt",
+    "a%b_c.txt",
+    "a/b.txt",
+    'say "hi".txt',
+    "İSTANBUL.txt",
+    "ΣΊΣΥΦΟΣ.txt",
+    "Straße.txt",
+    "STRASSE.txt",
+    "ab",
+    "x",
+    LONG,
+)
+FILTERS = (
+    "name:ärger",
+    "name:ÄRG",
+    "ärger",
+    "name:%_",
+    "name:0%_",
+    "name:%",
+    "name:_",
+    "name:_pe",
+    "name:a%b",
+    "name:a/b",
+    "name:/b.",
+    "name:'\"hi\"'",
+    "name:'y \"'",
+    "name:istanbul",
+    "name:σίσυφοσ",
+    "name:straße",
+    "name:strasse",
+    "name:ss",
+    "name:ab",
+    "name:x",
+    "name:zzz",
+    "zzz",
+    "name:.txt",
+    "!name:ärger",
+    "!name:%_d",
+    "!ab",
+    "name:txt !name:rger",
+    "name:txt name:100",
+    "name:rge name:ber name:cht",
+    "pars",  # an error code's part: the bare word's code side
+    f"name:{fold(LONG)[:TERM_VALUE_MAX]}",
+    f"name:{fold(LONG)[1:200]}",
+    f"name:{'z' * TERM_VALUE_MAX}",
+)
+
+
+async def _seeded(ledger: Ledger) -> list[TaskView]:
+    for name in NAMES:
+        await add(ledger, TEXT + name.encode(), name)
+    return await ledger.reads.list_tasks(limit=None)
+
+
+def _random_filters(names: list[str], count: int) -> list[str]:
+    """Substrings of the names (folded or not), some negated or bare, quoted for the
+    filter's shell-style words."""
+    rng = random.Random(17)
+    found = []
+    for _ in range(count):
+        name = rng.choice(names)
+        start = rng.randrange(len(name))
+        value = name[start : start + rng.randint(1, 8)]
+        value = value.upper() if rng.random() < 0.3 else value
+        field = rng.choice(("name:", "name:", ""))
+        negate = "!" if rng.random() < 0.2 else ""
+        found.append(negate + field + "'" + value.replace("'", "") + "'")
+    return [f for f in found if f.strip("!name:'")]
+
+
+async def _agree(ledger: Ledger, everything: list[TaskView], filters: list[str]) -> None:
+    by_id = {t.task_id: t.document_name for t in everything}
+    for expr in filters:
+        task_filter = parse_filter(expr)
+        in_memory = {by_id[t.task_id] for t in everything if task_filter.matches(t)}
+        found = await ledger.reads.list_tasks(filter=task_filter, limit=None)
+        assert {by_id[t.task_id] for t in found} == in_memory, expr
+        assert await ledger.reads.count_tasks(task_filter) == len(in_memory), expr
+        # A page of the list: the newest matches, in the list's order.
+        page = await ledger.reads.list_tasks(filter=task_filter, limit=3)
+        newest = [t.task_id for t in everything if task_filter.matches(t)][:3]
+        assert [t.task_id for t in page] == newest, expr
+
+
+@pytest.mark.parametrize("in_order", [False, True], ids=["driven", "in-order"])
+async def test_name_filters_agree_with_the_in_memory_matcher(
+    ledger: Ledger, in_order: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if in_order:
+        # No count is ever low enough: every list with a match is read in its own
+        # order (one with none may still start from the index's empty answer).
+        monkeypatch.setattr(name_index, "FEW_DOCUMENTS", 0)
+        monkeypatch.setattr(name_index, "COUNT_MAX", 0)
+        monkeypatch.setattr(name_index, "PAGE_MATCHES", 1)
+    everything = await _seeded(ledger)
+    names = [t.document_name or "" for t in everything]
+    assert fold(LONG)[:TERM_VALUE_MAX] in {fold(n) for n in names}  # kept whole
+    # Bare words that start task ids (or would, but for one letter past hex).
+    ids = [everything[0].task_id[:5], everything[3].task_id, everything[5].task_id[:4] + "g"]
+    # FTS5 cannot read a NUL in its query: matched by LIKE (PostgreSQL refuses a NUL in
+    # any text, as it did before the index).
+    nul = ["name:a\x00bc"] if ledger.backend == "sqlite" else []
+    await _agree(ledger, everything, [*FILTERS, *ids, *nul, *_random_filters(names, 150)])
+
+
+def _plan(conn: Connection, expr: str) -> str:
+    from core.ledger import rows
+    from core.ledger.filter_sql import filter_clauses
+    from core.ledger.reads import term_clause
+    from core.ledger.schema import TASKS
+
+    statement = (
+        rows.tasks_with_names()
+        .where(*filter_clauses(parse_filter(expr), term_clause, conn))
+        .order_by(TASKS.c.created_at.desc(), TASKS.c.id.desc())
+        .limit(50)
+    )
+    compiled = statement.compile(dialect=conn.dialect)
+    values = compiled.construct_params()
+    args = tuple(values[k] for k in compiled.positiontup or ())
+    found = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + compiled.string, args).all()
+    return "\n".join(str(r[-1]) for r in found)
+
+
+async def test_a_rare_name_is_read_from_its_documents_a_common_one_in_order(
+    tmp_path: Path,
+) -> None:
+    from bench.million import build
+
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "o")
+    await build(settings, 5_000)
+    # name:report is in 417 of these documents, its 50th newest ~600 tasks back: cheaper
+    # read in order than its 417 gathered and sorted.
+    async with await Ledger.open(settings) as ledger:
+        for expr in ("name:zzz", "zzz", "name:report-0001"):
+            plan = await ledger.transactions.read(lambda c, e=expr: _plan(c, e))  # type: ignore[misc]
+            assert "documents_name_index VIRTUAL TABLE" in plan, (expr, plan)
+            assert "SEARCH ingestion_tasks USING INDEX ix_ingestion_tasks_document_id" in plan
+            assert "SCAN ingestion_tasks" not in plan, (expr, plan)
+        for expr in ("name:report", "name:zz", "parse"):  # parse: in error codes
+            plan = await ledger.transactions.read(lambda c, e=expr: _plan(c, e))  # type: ignore[misc]
+            assert "documents_name_index" not in plan, (expr, plan)
+            assert "TEMP B-TREE" not in plan, (expr, plan)  # in the list's order
+        found = await ledger.reads.list_tasks(filter=parse_filter("name:report-0001"))
+        assert found and all("report-0001" in (t.document_name or "") for t in found)
+
+
+def _index_entries(conn: Connection, value: str) -> int:
+    phrase = '"' + value + '"'
+    sql = "SELECT count(*) FROM documents_name_index WHERE documents_name_index MATCH :p"
+    return int(conn.execute(text(sql), {"p": phrase}).scalar() or 0)
+
+
+async def test_a_ledger_from_0016_has_its_documents_indexed_when_opened(tmp_path: Path) -> None:
+    from tests.old_ledgers import set_back
+
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "o")
+    async with await Ledger.open(settings) as ledger:
+        await _seeded(ledger)
+    set_back(tmp_path / "ledger.db", "0016")
+
+    async with await Ledger.open(settings) as ledger:
+        assert await ledger.transactions.read(lambda c: _index_entries(c, "ärger")) == 2
+        everything = await ledger.reads.list_tasks(limit=None)
+        await _agree(ledger, everything, list(FILTERS))
+        # Kept in step from now on: a new document, a deleted one.
+        await add(ledger, TEXT + b"new", "Ärger-neu.txt")
+        assert await ledger.transactions.read(lambda c: _index_entries(c, "ärger")) == 3
+        await ledger.transactions.write(
+            lambda c: c.execute(text("DELETE FROM documents WHERE filename = 'ärger.txt'"))
+        )
+        assert await ledger.transactions.read(lambda c: _index_entries(c, "ärger")) == 2
+        check = (
+            "INSERT INTO documents_name_index(documents_name_index, rank) "
+            "VALUES ('integrity-check', 1)"
+        )
+        await ledger.transactions.write(lambda c: c.execute(text(check)))
+
+
+def _migrate_to(conn: Connection, revision: str, *, down: bool) -> None:
+    from alembic import command
+
+    from core.ledger.migrate import _alembic_config
+
+    cfg = _alembic_config(conn)
+    (command.downgrade if down else command.upgrade)(cfg, revision)
+
+
+async def _objects(ledger: Ledger) -> set[str]:
+    def tx(conn: Connection) -> set[str]:
+        if conn.dialect.name == "sqlite":
+            sql = "SELECT name FROM sqlite_master WHERE name LIKE 'documents_name_index%'"
+        else:
+            sql = "SELECT indexname FROM pg_indexes WHERE indexname = 'ix_documents_name_trigrams'"
+        return {r[0] for r in conn.execute(text(sql))}
+
+    return await ledger.transactions.read(tx)
+
+
+async def test_the_name_index_downgrades_and_upgrades_again(ledger: Ledger) -> None:
+    everything = await _seeded(ledger)
+    assert await _objects(ledger)
+    await ledger.transactions.write(lambda c: _migrate_to(c, "0016", down=True))
+    assert await _objects(ledger) == set()
+    await ledger.transactions.write(lambda c: _migrate_to(c, "head", down=False))
+    assert await _objects(ledger)
+    await _agree(ledger, everything, ["name:ärger", "name:zzz", "ärger", "!name:rger"])
+
+
+@pytest.mark.postgres
+async def test_a_postgres_owner_without_pg_trgm_still_migrates(pg_url: str, tmp_path: Path) -> None:
+    """A role that may create tables but not extensions (beyond the one a DBA made for
+    it): the ledger opens without the index, and its filters read names as before."""
+    import asyncpg  # type: ignore[import-untyped]
+
+    database = pg_url.rpartition("/")[2]
+    role = f"ingestdesk_no_ext_{uuid.uuid4().hex[:8]}"
+    admin_dsn = pg_url.replace("postgresql+asyncpg", "postgresql")
+    admin: Any = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN")
+        await admin.execute(f"GRANT CONNECT ON DATABASE {database} TO {role}")
+        await admin.execute(f"GRANT CREATE, USAGE ON SCHEMA public TO {role}")
+        await admin.execute(f"REVOKE CREATE ON DATABASE {database} FROM PUBLIC")
+        # Migration 0009's extension made for it beforehand, as a DBA would: without it
+        # no ledger can be made there at all.
+        await admin.execute("CREATE EXTENSION unaccent")
+        url = pg_url.replace("postgres@", f"{role}@", 1)
+        settings = Settings(db_url=url, store_root=tmp_path / "o")
+        async with await Ledger.open(settings) as ledger:
+            assert await _objects(ledger) == set()
+            everything = await _seeded(ledger)
+            await _agree(ledger, everything, ["name:ärger", "name:zzz", "ärger", "!name:rger"])
+    finally:
+        await admin.execute(f"REASSIGN OWNED BY {role} TO postgres")
+        await admin.execute(f"DROP OWNED BY {role}")
+        await admin.close()
+        # The role goes once the test's database is dropped (it holds its grants).
+        cleanup: Any = await asyncpg.connect(admin_dsn.rpartition("/")[0] + "/postgres")
+        try:
+            await cleanup.execute(f"REVOKE ALL ON DATABASE {database} FROM {role}")
+            await cleanup.execute(f"DROP ROLE {role}")
+        finally:
+            await cleanup.close()
