@@ -15,21 +15,22 @@ through ix_tasks_status_created); each batch is then one write transaction that
 deletes them a chunk at a time with their history (the DELETE repeats the
 condition, so a task retried since it was picked stays) and commits itself, so its
 time is the lock's with COMMIT's call included. A chunk's size follows the time the
-last one took a task (:class:`_Pace`), and the batch commits when one more chunk and
-a commit as long as the last would pass BATCH_TARGET_S. Between batches the pruner
+last one took a task (:class:`_Pace`): as many as fit in what is left of
+BATCH_TARGET_S, and the batch commits when none does. Between batches the pruner
 waits as long as the last one held the lock, so writers get at least half of it.
 
 What a long batch is made of (measured at 100 000 tasks, 2 cores at load 5-14,
 per-batch thread schedstat): mostly its thread waiting on a run queue for a CPU
-another process had (70 % of all batch time before this design, ~45 % after), so
-each batch reports that wait beside its time, and the fewer CPU-milliseconds a batch
-needs, the less often it is preempted holding the lock. On SQLite the rest of the
-longest is COMMIT's call running SQLite's auto-checkpoint (a batch writes ~800 WAL
-pages; the threshold is 1 000): SQLite releases the write lock before it checkpoints
-(another writer got the lock 2 ms into a 40 ms COMMIT call), so that part holds no
-one up. Moving the checkpoint out of COMMIT (auto-checkpoint off on the pruner's
-connection, a PASSIVE one after each batch) made COMMIT's time the lock's, but left
-the workers' commits to checkpoint and tripled their claim p99: kept as SQLite does it.
+another process had (70 % of all batch time before this design, about half after),
+so each batch reports that wait beside its time; the fewer CPU-milliseconds a batch
+needs, the less often it is preempted holding the lock. On SQLite the next longest
+were COMMIT calls that ran the auto-checkpoint (a batch writes hundreds of WAL
+pages; the threshold is 1 000), 80-360 ms with their fsyncs. SQLite releases the
+write lock before it checkpoints (another writer got it 2 ms into a 40 ms COMMIT
+call), so that time held no one up, but it hid the lock's. A batch now commits with
+auto-checkpoint off and then checkpoints (PASSIVE), so COMMIT's call is the lock's,
+and the checkpoints stay the pruner's: left to the workers' connections they went
+into their claims (claim p99 31 -> 93 ms).
 The task counters follow every delete (their triggers, core.ledger.counters).
 """
 
@@ -51,11 +52,14 @@ from core.states import TaskStatus
 BATCH_TARGET_S = 0.020  # seconds a batch holds the write lock, COMMIT included, about
 LOCK_BOUND_S = 0.050  # the issue's bound on one hold; batches past it are counted
 PICK = 500  # tasks picked (outside the lock) at a time
-CHUNK_SHARE = 0.25  # of the target, what one chunk's statements aim at
 CHUNK_FIRST = 5  # tasks in the first chunk, before any is timed
 CHUNK_MAX = 100  # tasks a DELETE names at most
+# Tasks a batch deletes at most: each dirties ~6 pages, which COMMIT writes to the
+# WAL under the lock (500 made 3 000 pages, 12 MB, and COMMITs of 100-260 ms).
+BATCH_MAX = 200
 PAUSE_MIN_S = 0.002  # seconds between batches, at least
 PRUNE_CACHE_KIB = 65_536  # KiB of SQLite page cache on the pruning connection
+WAL_AUTOCHECKPOINT = 1_000  # SQLite's default, given back to the pruner's connection
 
 KEPT_FAILED = (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED)
 WITH_FAILED = (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED, TaskStatus.FAILED)
@@ -135,31 +139,31 @@ def _pick(
 
 
 class _Pace:
-    """How many tasks the next chunk deletes, from the time the last chunk took a
-    task, and whether one more fits in a batch. A task's delete costs ten times more
-    when its pages are not cached, or when the thread is preempted meanwhile: the
-    last chunk is the best guess of the next, and a batch sized once from an early
-    speed held the lock 1.9 s at 1 000 000 tasks."""
+    """How many tasks the next chunk deletes: as many as the time the last chunk took
+    a task says fit in what is left of the target, less a commit as long as the last;
+    none (commit now) when not one fits. A task's delete costs ten times more when its
+    pages are not cached or its thread is preempted, so the last chunk is the guess of
+    the next, and a chunk at most doubles the last (a batch sized once from an early
+    speed held the lock 1.9 s at 1 000 000 tasks). A statement's own cost (a round
+    trip to PostgreSQL: 5-15 ms under load) is shared by a chunk's tasks, so a chunk
+    that is slow for that reason grows rather than shrinks."""
 
     def __init__(self, target_s: float) -> None:
         self.target_s = target_s
         self.per_task_s: float | None = None
+        self.last = CHUNK_FIRST
         self.commit_s = 0.0
 
-    def chunk(self) -> int:
+    def next_chunk(self, elapsed_s: float) -> int:
         if self.per_task_s is None:
             return CHUNK_FIRST
-        if self.per_task_s <= 0:
-            return CHUNK_MAX
-        return max(1, min(CHUNK_MAX, int(self.target_s * CHUNK_SHARE / self.per_task_s)))
+        room = self.target_s - elapsed_s - self.commit_s
+        fits = CHUNK_MAX if self.per_task_s <= 0 else int(room / self.per_task_s)
+        return max(0, min(CHUNK_MAX, 2 * self.last, fits))
 
     def took(self, tasks: int, seconds: float) -> None:
         self.per_task_s = seconds / max(1, tasks)
-
-    def room_for_another(self, elapsed_s: float) -> bool:
-        """Whether a chunk more and a commit as long as the last stay in the target."""
-        per = self.per_task_s or 0.0
-        return elapsed_s + self.chunk() * per + self.commit_s <= self.target_s
+        self.last = max(1, tasks)
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,8 @@ class _Held:
     seconds: float  # from the transaction's start (the lock taken) to COMMIT's return
     cpu_s: float
     wait_s: float  # the thread's run-queue wait meanwhile
-    commit_s: float  # of which COMMIT's call (a checkpoint included, see the module)
+    commit_s: float  # of which COMMIT's call
+    checkpoint_s: float  # SQLite's checkpoint after it, the lock released
 
 
 def _batch(
@@ -189,9 +194,14 @@ def _batch(
         # 1 000 000 tasks, loaded machine: 25 000 tasks in 40 s instead of 16 500).
         # Only this connection's, and a prune's process is short-lived.
         conn.exec_driver_sql(f"PRAGMA cache_size = -{PRUNE_CACHE_KIB}")
+        # COMMIT without SQLite's auto-checkpoint: it would run in COMMIT's call after
+        # the lock is released, and the batch could not tell its lock from it (see
+        # the module); the pruner checkpoints itself after the batch.
+        conn.exec_driver_sql("PRAGMA wal_autocheckpoint = 0")
     tasks = events = done = 0
-    while done < len(picked):
-        chunk = picked[done : done + pace.chunk()]
+    size = max(1, pace.next_chunk(0.0))  # a batch deletes one task at least
+    while done < len(picked) and size > 0:
+        chunk = picked[done : done + size]
         chunk_started = clock()
         gone = (
             conn.execute(
@@ -223,21 +233,23 @@ def _batch(
         tasks += len(gone)
         done += len(chunk)
         pace.took(len(chunk), clock() - chunk_started)
-        if not pace.room_for_another(clock() - started):
-            break
+        size = pace.next_chunk(clock() - started)
     committing = clock()
     conn.commit()
     ended = clock()
     pace.commit_s = ended - committing
-    return _Held(
-        tasks,
-        events,
-        done,
-        ended - started,
-        time.thread_time() - cpu,
-        run_queue_wait_s() - wait,
-        pace.commit_s,
-    )
+    cpu_s, wait_s = time.thread_time() - cpu, run_queue_wait_s() - wait
+    checkpoint_s = 0.0
+    if conn.dialect.name == "sqlite":
+        # Straight to the driver: through SQLAlchemy a statement would begin (and
+        # take the lock) again. PASSIVE waits for no one and no writer waits for it;
+        # the connection goes back to the pool checkpointing as it came.
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        raw.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}").fetchall()
+        checkpoint_s = clock() - ended
+    return _Held(tasks, events, done, ended - started, cpu_s, wait_s, pace.commit_s, checkpoint_s)
 
 
 async def prune_tasks(
@@ -276,7 +288,7 @@ async def prune_tasks(
             done = 0
             while done < len(picked):
 
-                def tx(conn: Connection, rest: Any = picked[done:]) -> _Held:
+                def tx(conn: Connection, rest: Any = picked[done : done + BATCH_MAX]) -> _Held:
                     return _batch(conn, rest, statuses, cutoff, pace, clock)
 
                 held = await transactions.write(tx)
