@@ -53,7 +53,7 @@ BATCH_TARGET_S = 0.020  # seconds a batch holds the write lock, COMMIT included,
 LOCK_BOUND_S = 0.050  # the bound on one hold; batches past it are counted
 PICK = 500  # tasks picked (outside the lock) at a time
 CHUNK_FIRST = 5  # tasks in the first chunk, before any is timed
-CHUNK_MAX = 100  # tasks a DELETE names at most
+CHUNK_MAX = 50  # tasks a DELETE names at most: a jump in their cost (cold pages) stays bounded
 # Tasks a batch deletes at most: each dirties ~6 pages, which COMMIT writes to the
 # WAL under the lock (500 made 3 000 pages, 12 MB, and COMMITs of 100-260 ms).
 BATCH_MAX = 200
