@@ -206,3 +206,51 @@ async def test_a_batch_follows_the_time_its_tasks_take(settings: Settings) -> No
     assert pruned.longest_batch_s == pytest.approx(200 * ms)
     assert pruned.over_bound == 1
     assert pruned.tasks == sum(n for _, n in sizes)
+
+
+async def test_a_task_retried_after_the_pick_stays(settings: Settings) -> None:
+    """The pick reads outside the write lock: a task put back in the queue between
+    the pick and its batch is picked, and the batch's DELETE keeps it."""
+    import sqlite3
+
+    from sqlalchemy import event
+
+    from core.ledger.transactions import sqlite_ledger_path
+
+    path = sqlite_ledger_path(settings.db_url)
+    if path is None:
+        pytest.skip("a second writer inside the pick's read is a SQLite file's")
+    now = time.time()
+    await build(settings, 1_000, now=now)
+    async with await Ledger.open(settings) as ledger:
+        oldest = await ledger.transactions.read(
+            lambda conn: conn.execute(
+                text(
+                    "SELECT id FROM ingestion_tasks WHERE status = 'succeeded' "
+                    "ORDER BY created_at, id LIMIT 1"
+                )
+            ).scalar_one()
+        )
+        retried: list[str] = []
+
+        @event.listens_for(vars(ledger.transactions)["engine"], "after_cursor_execute")
+        def _after_pick(_c: object, _cur: object, statement: str, *_: object) -> None:
+            if retried or "ORDER BY ingestion_tasks.created_at" not in statement:
+                return
+            # The pick's snapshot is taken; another writer puts the task back.
+            with sqlite3.connect(path, isolation_level=None) as other:
+                other.execute(
+                    "UPDATE ingestion_tasks SET status = 'queued', updated_at = ? WHERE id = ?",
+                    (time.time(), oldest),
+                )
+            retried.append(oldest)
+
+        pruned = await prune_tasks(ledger.transactions, older_than_s=SPAN_S / 2, now=now)
+        assert retried == [oldest] and pruned.tasks > 0
+        status = await ledger.transactions.read(
+            lambda conn: conn.execute(
+                text("SELECT status FROM ingestion_tasks WHERE id = :id"), {"id": oldest}
+            ).scalar_one_or_none()
+        )
+        assert status == "queued"
+        await assert_counted(ledger)
