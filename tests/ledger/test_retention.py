@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from sqlalchemy import text
 
 from bench.million import SPAN_S, build
@@ -138,3 +139,118 @@ async def test_a_prune_racing_claims_loses_no_live_task(settings: Settings) -> N
             status, _ = after[task_id]
             assert status in ("succeeded", "running", "retry_wait"), (task_id, status)
         await assert_counted(pruner)
+
+
+class _TaskCost:
+    """A clock that moves only when the pruner deletes tasks: ``per_task`` seconds a
+    task, so how long a chunk takes is the test's to say, whatever the machine."""
+
+    def __init__(self, per_task: float) -> None:
+        self.now = 0.0
+        self.per_task = per_task
+
+    def clock(self) -> float:
+        return self.now
+
+    def listen(self, ledger: Ledger) -> None:
+        from sqlalchemy import event
+
+        engine = vars(ledger.transactions)["engine"]  # either backend's runner has one
+        engine = getattr(engine, "sync_engine", engine)
+
+        @event.listens_for(engine, "after_cursor_execute")
+        def _deleted(_c: object, _cur: object, statement: str, params: object, *_: object) -> None:
+            if statement.lstrip().upper().startswith("DELETE FROM INGESTION_TASKS"):
+                ids = [p for p in (params or ()) if isinstance(p, str)]  # type: ignore[attr-defined]
+                self.now += self.per_task * len(ids)
+
+
+async def test_a_batch_follows_the_time_its_tasks_take(settings: Settings) -> None:
+    """Fast deletes: a batch fills its target and no more. A slowdown: the chunk that
+    meets it overshoots (no statement's time is known before it runs), then batches
+    shrink to what fits. Fast again: they grow back, a chunk at most doubling."""
+    now = time.time()
+    await build(settings, 1_000, now=now)
+    ms = 1 / 1024  # a "millisecond" that sums exactly in binary floating point
+    target = 20 * ms
+    cost = _TaskCost(per_task=ms)
+    sizes: list[tuple[float, int]] = []
+
+    def heard(tasks: int, _events: int) -> None:
+        sizes.append((cost.per_task, tasks))
+        if len(sizes) == 5:
+            cost.per_task = 10 * ms  # ten times slower: cold pages, a preempted thread
+        elif len(sizes) == 15:
+            cost.per_task = ms / 8
+
+    async with await Ledger.open(settings) as ledger:
+        cost.listen(ledger)
+        pruned = await prune_tasks(
+            ledger.transactions,
+            older_than_s=SPAN_S / 2,
+            now=now,
+            include_failed=True,
+            batch_target_s=target,
+            on_batch=heard,
+            clock=cost.clock,
+        )
+        await assert_counted(ledger)
+    fast = [n for per, n in sizes if per == ms]
+    slow = [n for per, n in sizes if per == 10 * ms]
+    faster = [n for per, n in sizes if per == ms / 8]
+    assert fast == [20] * 5  # 1 ms a task: the 20 ms target, exactly
+    assert slow[0] == 20  # the chunk sized at 1 ms a task that took 10 (200 ms)
+    assert set(slow[1:]) == {2}  # then what fits: 20 ms / 10 ms a task
+    assert faster[0] > 20  # 2, 4, 8, ... in one batch until the target is filled
+    # The longest hold is that one chunk: a batch commits when no task more fits.
+    assert pruned.longest_batch_s == pytest.approx(200 * ms)
+    assert pruned.over_bound == 1
+    assert pruned.tasks == sum(n for _, n in sizes)
+
+
+async def test_a_task_retried_after_the_pick_stays(settings: Settings) -> None:
+    """The pick reads outside the write lock: a task put back in the queue between
+    the pick and its batch is picked, and the batch's DELETE keeps it."""
+    import sqlite3
+
+    from sqlalchemy import event
+
+    from core.ledger.transactions import sqlite_ledger_path
+
+    path = sqlite_ledger_path(settings.db_url)
+    if path is None:
+        pytest.skip("a second writer inside the pick's read is a SQLite file's")
+    now = time.time()
+    await build(settings, 1_000, now=now)
+    async with await Ledger.open(settings) as ledger:
+        oldest = await ledger.transactions.read(
+            lambda conn: conn.execute(
+                text(
+                    "SELECT id FROM ingestion_tasks WHERE status = 'succeeded' "
+                    "ORDER BY created_at, id LIMIT 1"
+                )
+            ).scalar_one()
+        )
+        retried: list[str] = []
+
+        @event.listens_for(vars(ledger.transactions)["engine"], "after_cursor_execute")
+        def _after_pick(_c: object, _cur: object, statement: str, *_: object) -> None:
+            if retried or "ORDER BY ingestion_tasks.created_at" not in statement:
+                return
+            # The pick's snapshot is taken; another writer puts the task back.
+            with sqlite3.connect(path, isolation_level=None) as other:
+                other.execute(
+                    "UPDATE ingestion_tasks SET status = 'queued', updated_at = ? WHERE id = ?",
+                    (time.time(), oldest),
+                )
+            retried.append(oldest)
+
+        pruned = await prune_tasks(ledger.transactions, older_than_s=SPAN_S / 2, now=now)
+        assert retried == [oldest] and pruned.tasks > 0
+        status = await ledger.transactions.read(
+            lambda conn: conn.execute(
+                text("SELECT status FROM ingestion_tasks WHERE id = :id"), {"id": oldest}
+            ).scalar_one_or_none()
+        )
+        assert status == "queued"
+        await assert_counted(ledger)
