@@ -186,6 +186,25 @@ def _batch(
     pace: _Pace,
     clock: Callable[[], float],
 ) -> _Held:
+    try:
+        return _held_batch(conn, picked, statuses, cutoff, pace, clock)
+    except BaseException:
+        if conn.dialect.name == "sqlite":
+            # A batch cut short goes back to the pool checkpointing as it came.
+            raw = conn.connection.dbapi_connection
+            if raw is not None:
+                raw.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}").fetchall()
+        raise
+
+
+def _held_batch(
+    conn: Connection,
+    picked: Sequence[tuple[float, str]],
+    statuses: tuple[TaskStatus, ...],
+    cutoff: float,
+    pace: _Pace,
+    clock: Callable[[], float],
+) -> _Held:
     """One batch under the write lock, from ``picked``'s start, committed here."""
     started, cpu, wait = clock(), time.thread_time(), run_queue_wait_s()
     if conn.dialect.name == "sqlite":
