@@ -50,14 +50,18 @@ def _extract(data: bytes) -> Extracted:
                     rows.append(cells)
                 if rows:
                     out.blocks.append(Table(rows[0], list(enumerate(rows[1:], start=1)), where))
-            elif getattr(shape, "has_text_frame", False) and shape.text_frame.text.strip():
-                lines.append(shape.text_frame.text)
+            elif getattr(shape, "has_text_frame", False):
+                # A frame's text is joined from its runs' XML on every access: once.
+                text = shape.text_frame.text
+                if text.strip():
+                    lines.append(text)
         if lines:
             out.blocks.append(Prose("\n".join(lines), where))
         if slide.has_notes_slide:
             frame = slide.notes_slide.notes_text_frame
-            if frame is not None and frame.text.strip():
-                out.blocks.append(Prose(frame.text, Location(slide=number, notes=True)))
+            notes = "" if frame is None else frame.text
+            if notes.strip():
+                out.blocks.append(Prose(notes, Location(slide=number, notes=True)))
         report_units(number, len(slides))
     return out
 

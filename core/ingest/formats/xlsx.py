@@ -7,12 +7,20 @@ the whole. Cached values are read (``data_only``): formulas are not evaluated, m
 in an XLSM never run, external links are not followed (``keep_links=False``), and
 openpyxl parses through defusedxml when it is installed (it is a dependency here), so
 entity declarations are refused.
+
+Rows are read with openpyxl's own sheet parser but not through ``iter_rows``: each
+sheet's XML is parsed once (no dimension pre-scan, see :func:`_open_book`) and no
+padded tuple of values is built per row only to be turned into strings again. This
+leans on openpyxl 3.1's reader internals; tests/core/test_formats_chunks_unchanged.py
+holds the rows to what ``iter_rows`` gives.
 """
 
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from core.ingest.chunker import Location
 from core.ingest.formats.base import Extracted, Format, Table
@@ -48,27 +56,16 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
 def _extract(data: bytes) -> Extracted:
     from io import BytesIO
 
-    import openpyxl
-
-    book = openpyxl.load_workbook(BytesIO(data), read_only=True, data_only=True, keep_links=False)
+    book = _open_book(BytesIO(data))
     out = Extracted()
     budget = TableBudget(WHAT)
     try:
         sheets = book.worksheets
         for sheet in sheets:
             out.units += 1
-            # The declared dimension can claim 16384 columns for one cell: forget it,
-            # so rows are not padded to it.
-            sheet.reset_dimensions()
             header: list[str] | None = None
             rows: list[tuple[int, list[str]]] = []
-            for number, values in enumerate(sheet.iter_rows(values_only=True), start=1):
-                budget.take(len(values))
-                cells = [cell_text(v) for v in values]
-                while cells and not cells[-1].strip():
-                    cells.pop()
-                if not cells:
-                    continue
+            for number, cells in _sheet_rows(book, sheet, budget):
                 if header is None:
                     header = cells
                 else:
@@ -82,6 +79,86 @@ def _extract(data: bytes) -> Extracted:
     finally:
         book.close()
     return out
+
+
+def _open_book(source: BinaryIO) -> Any:
+    """The workbook as ``openpyxl.load_workbook(read_only=True, data_only=True,
+    keep_links=False)`` opens it, without the pass over each sheet's XML that looks for
+    its declared dimension: the dimension is not trusted (it can claim 16384 columns
+    for one cell), and a sheet without one is read through to its end to find none."""
+    reader = _reader_class()(source, read_only=True, data_only=True, keep_links=False)
+    reader.read()
+    return reader.wb
+
+
+@functools.cache
+def _reader_class() -> type:
+    from openpyxl.reader.excel import ExcelReader
+    from openpyxl.worksheet._read_only import ReadOnlyWorksheet
+
+    class UnsizedSheet(ReadOnlyWorksheet):  # type: ignore[misc]  # openpyxl is untyped
+        def _get_size(self) -> None:
+            pass  # left unsized, as reset_dimensions() would leave it
+
+    class Reader(ExcelReader):  # type: ignore[misc]
+        def read_worksheets(self) -> None:
+            # openpyxl 3.1's read-only branch of this method, with the unsized sheet.
+            for sheet, rel in self.parser.find_sheets():
+                if rel.target not in self.valid_files:
+                    continue
+                if "chartsheet" in rel.Type:
+                    self.read_chartsheet(sheet, rel)
+                    continue
+                ws = UnsizedSheet(self.wb, sheet.name, rel.target, self.shared_strings)
+                ws.sheet_state = sheet.state
+                self.wb._sheets.append(ws)
+
+    return Reader
+
+
+def _sheet_rows(book: Any, sheet: Any, budget: TableBudget) -> Iterator[tuple[int, list[str]]]:
+    """A sheet's non-empty rows as ``(row number, cell texts)``, trailing blank cells
+    dropped: the rows ``iter_rows(values_only=True)`` gives an unsized read-only sheet,
+    every row it gives (gaps' empty rows too) counted against ``budget``.
+
+    Read with openpyxl's own sheet parser (shared strings, dates, cached formula
+    values, its warnings), without the padded tuple of values per row that
+    ``iter_rows`` builds and this would turn into strings again."""
+    from openpyxl.worksheet._reader import WorkSheetParser
+
+    with book._archive.open(sheet._worksheet_path) as source:
+        parser = WorkSheetParser(
+            source,
+            sheet._shared_strings,
+            data_only=book.data_only,
+            epoch=book.epoch,
+            date_formats=book._date_formats,
+            timedelta_formats=book._timedelta_formats,
+        )
+        expected = 1  # the row iter_rows would give next
+        for number, parsed in parser.parse():
+            while expected < number:  # rows missing from the XML read as empty
+                budget.take(0)
+                expected += 1
+            if expected > number:
+                continue  # out of order: iter_rows skips it
+            expected += 1
+            if not parsed:
+                budget.take(0)
+                continue
+            width = parsed[-1]["column"]
+            values: list[object] = [None] * width
+            for cell in parsed:
+                column = cell["column"]
+                if 1 <= column <= width:
+                    values[column - 1] = cell["value"]
+            budget.take(width)
+            # Most cells are text already: only the others go through cell_text.
+            cells = [v if type(v) is str else cell_text(v) for v in values]
+            while cells and not cells[-1].strip():
+                cells.pop()
+            if cells:
+                yield number, cells
 
 
 FORMAT = Format(
