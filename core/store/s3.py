@@ -136,7 +136,7 @@ class _StaticCredentials:
 Credentials = _Credentials | _StaticCredentials
 
 
-def _from_environment(environ: Mapping[str, str]) -> tuple[Credentials, str, None] | None:
+def _from_environment(environ: Mapping[str, str]) -> tuple[Credentials, str, str | None] | None:
     """Keys, region and no endpoint when the environment alone decides them, as it does
     for botocore: keys there come first in its chain, and with no profile named and no
     shared config file to read, nothing else could change the answer. Importing
