@@ -326,6 +326,8 @@ class Ledger:
     async def task_detail(self, task: TaskView, *, history: bool = True) -> TaskDetail:
         """``task`` in full: whether it is stalled, its provider requests and (with
         ``history``) its history; what ``task ID`` and the API's task read show."""
+        from core.ledger.views import TaskDetail
+
         return TaskDetail(
             task,
             task.is_stalled(self.clock(), self.settings.stall_after_s),
