@@ -31,49 +31,107 @@ views (:mod:`core.ledger.views`), never ORM rows.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import importlib
 import time
 import uuid
 from collections.abc import Callable
-
-from sqlalchemy.engine import Connection
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from core.config import Settings
 from core.errors import IngestDeskError
-from core.ledger.actions import Operator
-from core.ledger.campaigns import CampaignProgress, Campaigns
-from core.ledger.hybrid import Searcher
-from core.ledger.idempotency import IdempotencyKeys, Once
-from core.ledger.indexes import Indexes, IndexKey, IndexRevision, IndexView
-from core.ledger.migrate import current_revision
-from core.ledger.provider_requests import Intent, IntentAnswer, ProviderLedger
-from core.ledger.provider_review import ProviderReview
-from core.ledger.queue import WorkQueue
-from core.ledger.reads import Reads
-from core.ledger.registry import WorkerRegistry
-from core.ledger.tokens import NewToken, TokenRegistry, TokenView
-from core.ledger.transactions import Transactions, open_transactions
-from core.ledger.versions import Versions
-from core.ledger.views import (
-    BulkResult,
-    ChunkRecord,
-    ChunkView,
-    Claim,
-    DocumentView,
-    FailureGroup,
-    LedgerStats,
-    ProviderRequestView,
-    Reaped,
-    ReusableResult,
-    SearchHit,
-    TaskDetail,
-    TaskEventView,
-    TaskPosition,
-    TaskView,
-    WorkerView,
+
+# Every role is imported when it is first used, and these names when first asked for:
+# a read (`ingestdesk tasks`) imports the reads' modules only, not the operator's, the
+# queue's, the campaigns' or the tokens' (with their tables' statements), and a worker
+# not the reads' search and review modules (see tests/core/test_startup_imports.py).
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from core.ledger.actions import Operator
+    from core.ledger.campaigns import CampaignProgress, Campaigns
+    from core.ledger.idempotency import IdempotencyKeys, Once
+    from core.ledger.indexes import Indexes, IndexKey, IndexRevision, IndexView
+    from core.ledger.provider_requests import Intent, IntentAnswer, ProviderLedger
+    from core.ledger.provider_review import ProviderReview
+    from core.ledger.queue import WorkQueue
+    from core.ledger.reads import Reads
+    from core.ledger.registry import WorkerRegistry
+    from core.ledger.tokens import NewToken, TokenRegistry, TokenView
+    from core.ledger.transactions import Transactions
+    from core.ledger.versions import Versions
+    from core.ledger.views import (
+        BulkResult,
+        ChunkRecord,
+        ChunkView,
+        Claim,
+        DocumentView,
+        FailureGroup,
+        LedgerStats,
+        ProviderRequestView,
+        Reaped,
+        ReusableResult,
+        SearchHit,
+        TaskDetail,
+        TaskEventView,
+        TaskPosition,
+        TaskView,
+        WorkerView,
+    )
+    from core.store import Store
+
+_VIEWS = (
+    "BulkResult",
+    "ChunkRecord",
+    "ChunkView",
+    "Claim",
+    "DocumentView",
+    "FailureGroup",
+    "LedgerStats",
+    "ProviderRequestView",
+    "Reaped",
+    "ReusableResult",
+    "SearchHit",
+    "TaskDetail",
+    "TaskEventView",
+    "TaskPosition",
+    "TaskView",
+    "WorkerView",
 )
-from core.store import open_store
+# Where each re-exported name lives (`from core.ledger import X` imports its module).
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(_VIEWS, "core.ledger.views"),
+    "Operator": "core.ledger.actions",
+    "CampaignProgress": "core.ledger.campaigns",
+    "Campaigns": "core.ledger.campaigns",
+    "IdempotencyKeys": "core.ledger.idempotency",
+    "Once": "core.ledger.idempotency",
+    "IndexKey": "core.ledger.indexes",
+    "IndexRevision": "core.ledger.indexes",
+    "IndexView": "core.ledger.indexes",
+    "Indexes": "core.ledger.indexes",
+    "Intent": "core.ledger.provider_requests",
+    "IntentAnswer": "core.ledger.provider_requests",
+    "ProviderLedger": "core.ledger.provider_requests",
+    "ProviderReview": "core.ledger.provider_review",
+    "WorkQueue": "core.ledger.queue",
+    "Reads": "core.ledger.reads",
+    "WorkerRegistry": "core.ledger.registry",
+    "NewToken": "core.ledger.tokens",
+    "TokenRegistry": "core.ledger.tokens",
+    "TokenView": "core.ledger.tokens",
+    "Versions": "core.ledger.versions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'core.ledger' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def new_id() -> str:
@@ -96,29 +154,96 @@ class Ledger:
         self.transactions = transactions
         self.settings = settings
         self.clock = clock
-        self.reads = Reads(transactions, review_below=settings.ocr_review_below)
-        self.queue = WorkQueue(transactions, settings, clock)
-        self.operator = Operator(
-            transactions, settings, open_store(settings), self.reads, clock, ids
-        )
-        self.versions = Versions(
-            transactions, self.operator, clock, review_below=settings.ocr_review_below
-        )
-        self.registry = WorkerRegistry(transactions, clock)
-        self.indexes = Indexes(transactions, clock)
+        self._ids = ids
+        # Opened here, not with the operator: Ledger.open checks it for every command.
+        from core.store import open_store
+
+        self._store: Store = open_store(settings)
+
+    # Each role is built (and its module imported) when first used: a command uses a
+    # few of them, and importing all of them was ~a third of a read's start-up.
+
+    @cached_property
+    def reads(self) -> Reads:
+        from core.ledger.hybrid import Searcher
+        from core.ledger.reads import Reads
+
+        reads = Reads(self.transactions, review_below=self.settings.ocr_review_below)
         # Search answers from the active index's vectors (core.ledger.hybrid).
-        self.reads.searcher = Searcher(transactions, self.indexes)
-        self.campaigns = Campaigns(transactions, settings, clock, ids)
+        reads.searcher = Searcher(self.transactions, self.indexes)
+        return reads
+
+    @cached_property
+    def queue(self) -> WorkQueue:
+        from core.ledger.queue import WorkQueue
+
+        return WorkQueue(self.transactions, self.settings, self.clock)
+
+    @cached_property
+    def operator(self) -> Operator:
+        from core.ledger.actions import Operator
+
+        return Operator(
+            self.transactions, self.settings, self._store, self.reads, self.clock, self._ids
+        )
+
+    @cached_property
+    def versions(self) -> Versions:
+        from core.ledger.versions import Versions
+
+        return Versions(
+            self.transactions,
+            self.operator,
+            self.clock,
+            review_below=self.settings.ocr_review_below,
+        )
+
+    @cached_property
+    def registry(self) -> WorkerRegistry:
+        from core.ledger.registry import WorkerRegistry
+
+        return WorkerRegistry(self.transactions, self.clock)
+
+    @cached_property
+    def indexes(self) -> Indexes:
+        from core.ledger.indexes import Indexes
+
+        return Indexes(self.transactions, self.clock)
+
+    @cached_property
+    def campaigns(self) -> Campaigns:
+        from core.ledger.campaigns import Campaigns
+
+        campaigns = Campaigns(self.transactions, self.settings, self.clock, self._ids)
         # A search process loads an index's vectors before it becomes the active one
         # (through whichever searcher the reads hold then).
-        self.campaigns.before_activate = lambda index: self.reads.searcher.warm_before_activation(
-            index
-        )
-        self.tokens = TokenRegistry(transactions, clock, ids)
-        self.idempotency = IdempotencyKeys(transactions, clock)
-        self.providers = ProviderLedger(transactions, clock)
-        self.provider_review = ProviderReview(
-            transactions, clock, max_attempts=settings.max_attempts
+        campaigns.before_activate = lambda index: self.reads.searcher.warm_before_activation(index)
+        return campaigns
+
+    @cached_property
+    def tokens(self) -> TokenRegistry:
+        from core.ledger.tokens import TokenRegistry
+
+        return TokenRegistry(self.transactions, self.clock, self._ids)
+
+    @cached_property
+    def idempotency(self) -> IdempotencyKeys:
+        from core.ledger.idempotency import IdempotencyKeys
+
+        return IdempotencyKeys(self.transactions, self.clock)
+
+    @cached_property
+    def providers(self) -> ProviderLedger:
+        from core.ledger.provider_requests import ProviderLedger
+
+        return ProviderLedger(self.transactions, self.clock)
+
+    @cached_property
+    def provider_review(self) -> ProviderReview:
+        from core.ledger.provider_review import ProviderReview
+
+        return ProviderReview(
+            self.transactions, self.clock, max_attempts=self.settings.max_attempts
         )
 
     @classmethod
@@ -135,22 +260,29 @@ class Ledger:
         ``create=False`` refuses a SQLite ledger that does not exist yet instead of
         creating it (for commands that only read).
         """
+        import asyncio
+
+        from core.ledger.transactions import open_transactions
+
         transactions = open_transactions(settings, create=create)
         try:
             await transactions.prepare()
             ledger = cls(transactions, settings, clock=clock, ids=ids)
             # A bucket that is missing or refuses access is one line now, not a
             # failure per task later (a store merely unreachable is ridden out).
-            await asyncio.to_thread(ledger.operator.store.check)
+            await asyncio.to_thread(ledger._store.check)
         except BaseException:
             await transactions.close()
             raise
         return ledger
 
     async def close(self) -> None:
-        # Search's query embedders first: a remote one holds an HTTP client.
+        # Search's query embedders first: a remote one holds an HTTP client. Reads
+        # never asked for have none (and are not built just to be closed).
+        reads: Reads | None = self.__dict__.get("reads")
         try:
-            await self.reads.searcher.close()
+            if reads is not None:
+                await reads.searcher.close()
         finally:
             await self.transactions.close()
 
@@ -187,11 +319,15 @@ class Ledger:
     async def schema_revision(self) -> str | None:
         """The schema revision the database is at now (another process may have
         upgraded it since this one opened)."""
+        from core.ledger.migrate import current_revision
+
         return await self.transactions.read(current_revision)
 
     async def task_detail(self, task: TaskView, *, history: bool = True) -> TaskDetail:
         """``task`` in full: whether it is stalled, its provider requests and (with
         ``history``) its history; what ``task ID`` and the API's task read show."""
+        from core.ledger.views import TaskDetail
+
         return TaskDetail(
             task,
             task.is_stalled(self.clock(), self.settings.stall_after_s),

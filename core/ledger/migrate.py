@@ -43,6 +43,16 @@ def migrate(connection: Connection) -> None:
     command.upgrade(cfg, "head")
 
 
+def needs_upgrade(connection: Connection) -> bool:
+    """Whether the schema is not at :data:`SCHEMA_HEAD` (older, newer or none yet).
+
+    Asked in a read transaction before :func:`migrate` is run in a write one: a
+    command opening an up-to-date ledger (every command, nearly always) then waits
+    for no writer's lock and imports no Alembic.
+    """
+    return current_revision(connection) != SCHEMA_HEAD
+
+
 def current_revision(connection: Connection) -> str | None:
     """The schema revision a ledger is at (None for an empty database)."""
     return _current_revision(connection) if _has_version_table(connection) else None

@@ -36,7 +36,7 @@ from core.errors import BadInput, LedgerUnavailable, SchemaTooNew
 from core.filters import SQLITE_FOLD_FUNCTION, fold
 from core.ledger.faults import outside_fault
 from core.ledger.faults import shown_url as shown_url  # its home before faults.py
-from core.ledger.migrate import migrate
+from core.ledger.migrate import migrate, needs_upgrade
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -145,9 +145,15 @@ def _ledger_url(db_url: str) -> URL:
 
 async def _migrate(transactions: Transactions, url: URL) -> None:
     """Bring the schema up to date in one write transaction, or say why the ledger
-    cannot be opened (a newer schema is refused as such)."""
+    cannot be opened (a newer schema is refused as such).
+
+    The revision is read first, in a read transaction: a ledger already at the head
+    (nearly every open) takes no write lock, so a read command does not queue behind
+    a worker's writes (up to the busy timeout) only to learn there is nothing to do.
+    """
     try:
-        await transactions.write(migrate)
+        if await transactions.read(needs_upgrade):
+            await transactions.write(migrate)
     except SchemaTooNew:
         raise
     except LedgerUnavailable as exc:
