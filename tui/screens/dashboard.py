@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
+from textual._context import NoActiveAppError
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -87,6 +88,14 @@ class DashboardScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
+        # The breakpoint class the first resize would give: set now, before anything
+        # is styled, that resize changes no class and restyles nothing (the whole
+        # screen, a second time, before the first frame).
+        try:
+            width = self.app.size.width
+        except NoActiveAppError:  # constructed outside a running app
+            width = 0
+        self.set_class(True, *self._get_breakpoint_classes(width, self.HORIZONTAL_BREAKPOINTS))
         self.query_filter: TaskQuery = status_query(None)
         self._table_titles: tuple[str, str] | None = None
         # Monotonic times: throttles, not what is shown.
