@@ -1107,13 +1107,23 @@ async def _measure_keys(probe: Probe, plan: Plan, result: ChildResult) -> None:
             continue
         result.filter_ms.append((painted - sent) * 1000)
 
-    # Filters typed in the / bar: the characters untimed, then Enter, done when the
-    # first screenful of the filter's tasks is painted.
+    # Filters typed in the / bar: the bar opened and the text typed (untimed), then
+    # Enter, done when the first screenful of the filter's tasks is painted.
+    from tui.widgets.filter_bar import FilterBar
+
+    bar = app.screen.query_one(FilterBar)
     for text in TYPED_FILTERS:
         for typed in (text, ""):
             await asyncio.sleep(rng.uniform(THINK_MIN_S, THINK_MAX_S))
-            _type_filter(app, typed)
-            await asyncio.sleep(THINK_MIN_S)
+            _send_keys(app, ["slash"])
+            # The bar takes the focus after the key is handled; keys sent before
+            # that would go to the table (a digit is a status key there).
+            if not await _wait_until(lambda: bar.has_focus, KEY_TIMEOUT_S):
+                raise RuntimeError("the / key did not open the filter bar")
+            # ctrl+u clears the bar (on an empty bar it made the next key go amiss).
+            _send_keys(app, [*(["ctrl+u"] if bar.value else []), *typed])
+            if not await _wait_until(lambda t=typed: bar.value == t, KEY_TIMEOUT_S):
+                raise RuntimeError(f"the filter bar did not take {typed!r}: {bar.value!r}")
             mark = len(loaded)
             sent, painted = await probe.press("enter", (lambda: table, _grew(loaded, mark)))
             result.presses += 1
@@ -1124,15 +1134,13 @@ async def _measure_keys(probe: Probe, plan: Plan, result: ChildResult) -> None:
                 result.typed_ms.append((painted - sent) * 1000)
 
 
-def _type_filter(app: Any, text: str) -> None:
-    """Open the / bar, clear it and type ``text``, as a terminal driver would send
-    the keys (not awaited: the caller's Enter comes after them in the queue)."""
+def _send_keys(app: Any, keys: Sequence[str]) -> None:
+    """Send ``keys`` (key names or single characters) as a terminal driver does."""
     import unicodedata
 
     from textual import events
     from textual.keys import _character_to_key, _get_unicode_name_from_key
 
-    keys = ["slash", "ctrl+u", *text]
     for key in keys:
         name = _character_to_key(key) if len(key) == 1 and not key.isalnum() else key
         try:
