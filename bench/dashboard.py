@@ -17,7 +17,9 @@ measures, in order:
 4. **key-press-to-repaint latency** with ``workers=2``: multi-page PDFs are submitted
    first (untimed), then two in-process workers parse them while keys are sent. A
    cursor key is done when the moved cursor is painted; a status filter key when the
-   first screenful of its tasks is (the rest of the window follows below the fold).
+   first screenful of its tasks is (the rest of the window follows below the fold); a
+   filter typed in the ``/`` bar (the bar opened and the text typed untimed) when,
+   after Enter, the first screenful of its tasks is.
    Full garbage collections during the presses are counted: each stops the loop;
 5. **peak RSS** (VmHWM) of the dashboard process: after the watch-only phases, and at
    the end (with workers).
