@@ -17,7 +17,9 @@ measures, in order:
 4. **key-press-to-repaint latency** with ``workers=2``: multi-page PDFs are submitted
    first (untimed), then two in-process workers parse them while keys are sent. A
    cursor key is done when the moved cursor is painted; a status filter key when the
-   first screenful of its tasks is (the rest of the window follows below the fold).
+   first screenful of its tasks is (the rest of the window follows below the fold); a
+   filter typed in the ``/`` bar (the bar opened and the text typed untimed) when,
+   after Enter, the first screenful of its tasks is.
    Full garbage collections during the presses are counted: each stops the loop;
 5. **peak RSS** (VmHWM) of the dashboard process: after the watch-only phases, and at
    the end (with workers).
@@ -40,10 +42,12 @@ With ``--million`` the ledgers are 1 000 and 1 000 000 tasks built by
 :mod:`bench.million` (its mix, live tasks cancelled), and the same figures are printed
 as ratios of the two.
 
-Run: ``python -m bench.dashboard [--quick] [--million] [--profile]``. ``--profile`` adds, at the
-largest size, a cProfile'd load window and a cProfile'd second round of key presses
-(the event-loop thread; after the measured ones, so the figures are unaffected) and
-prints where the dashboard's time goes.
+Run: ``python -m bench.dashboard [--quick] [--million] [--profile] [--ledgers DIR]``
+(``--ledgers``: keep the built ledgers in DIR and run on copies, so a run before a
+change and one after start from the same ledgers without building them again).
+``--profile`` adds, at the largest size, a cProfile'd load window and a cProfile'd
+second round of key presses (the event-loop thread; after the measured ones, so the
+figures are unaffected) and prints where the dashboard's time goes.
 """
 
 from __future__ import annotations
@@ -114,6 +118,9 @@ THINK_MAX_S = 0.12  # seconds between presses, at most (random in between: no lo
 BUSY_TIMEOUT_S = 60.0  # seconds to wait for the in-process workers to start parsing
 PDF_SEED = 20_260_401  # corpus and press timing are the same on every run
 STATUS_FILTER_KEYS = ("4", "0")  # failed, then all: each press reloads the window
+# Filters typed in the / bar (bench.scale's, less the single-status ones, which the
+# status keys cover); each is followed by an empty filter (all tasks) again.
+TYPED_FILTERS = ("code:parse_error", "name:report", "attempt:>1", "!status:succeeded")
 CHILD_TIMEOUT_S = 900.0  # seconds a dashboard process may run
 PROFILE_TOP = 25  # rows of each cProfile listing
 FULL_READ_MAX = 100_000  # tasks: larger ledgers skip the full-read reference
@@ -123,6 +130,7 @@ CPU_LOAD_TARGET_PCT = 15.0
 CPU_IDLE_TARGET_PCT = 2.0
 CPU_SCALE_TARGET = 1.2
 KEY_P99_TARGET_MS = 100.0
+TYPED_FILTER_TARGET_MS = 150.0  # Enter in the / bar → its first screenful painted
 STARTUP_TARGET_S = 2.0
 RSS_TARGET_MB = 200.0
 
@@ -612,6 +620,7 @@ class ChildResult:
     cursor_ms: list[float] = field(default_factory=list)
     cursor_handled_ms: list[float] = field(default_factory=list)
     filter_ms: list[float] = field(default_factory=list)
+    typed_ms: list[float] = field(default_factory=list)  # Enter in the / bar, by filter
     keys_wall_s: float = 0.0  # the measured key presses, start to end
     keys_wait_s: float = 0.0  # of which the event loop was runnable, waiting for a CPU
     gc_pauses_ms: list[float] = field(default_factory=list)  # full collections meanwhile
@@ -1100,6 +1109,50 @@ async def _measure_keys(probe: Probe, plan: Plan, result: ChildResult) -> None:
             continue
         result.filter_ms.append((painted - sent) * 1000)
 
+    # Filters typed in the / bar: the bar opened and the text typed (untimed), then
+    # Enter, done when the first screenful of the filter's tasks is painted.
+    from tui.widgets.filter_bar import FilterBar
+
+    bar = app.screen.query_one(FilterBar)
+    for text in TYPED_FILTERS:
+        for typed in (text, ""):
+            await asyncio.sleep(rng.uniform(THINK_MIN_S, THINK_MAX_S))
+            _send_keys(app, ["slash"])
+            # The bar takes the focus after the key is handled; keys sent before
+            # that would go to the table (a digit is a status key there).
+            if not await _wait_until(lambda: bar.has_focus, KEY_TIMEOUT_S):
+                raise RuntimeError("the / key did not open the filter bar")
+            # ctrl+u clears the bar (on an empty bar it made the next key go amiss).
+            _send_keys(app, [*(["ctrl+u"] if bar.value else []), *typed])
+            if not await _wait_until(lambda t=typed: bar.value == t, KEY_TIMEOUT_S):
+                raise RuntimeError(f"the filter bar did not take {typed!r}: {bar.value!r}")
+            mark = len(loaded)
+            sent, painted = await probe.press("enter", (lambda: table, _grew(loaded, mark)))
+            result.presses += 1
+            if painted is None:
+                result.timeouts += 1
+                continue
+            if typed:
+                result.typed_ms.append((painted - sent) * 1000)
+
+
+def _send_keys(app: Any, keys: Sequence[str]) -> None:
+    """Send ``keys`` (key names or single characters) as a terminal driver does."""
+    import unicodedata
+
+    from textual import events
+    from textual.keys import _character_to_key, _get_unicode_name_from_key
+
+    for key in keys:
+        name = _character_to_key(key) if len(key) == 1 and not key.isalnum() else key
+        try:
+            char: str | None = unicodedata.lookup(_get_unicode_name_from_key(name))
+        except KeyError:
+            char = key if len(key) == 1 else None
+        event = events.Key(name, char)
+        event.set_sender(app)
+        app._driver.send_message(event)
+
 
 # --- the orchestrating process ---------------------------------------------------------
 
@@ -1248,6 +1301,7 @@ def report(plan: Plan, costs: dict[int, QueryCost], results: Sequence[ChildResul
             ("cursor down/up", r.cursor_ms),
             ("  until the key was handled", r.cursor_handled_ms),
             ("status key (window reloaded)", r.filter_ms),
+            ("Enter in the / bar (first screenful)", r.typed_ms),
         ):
             rows.append(
                 (
@@ -1336,6 +1390,13 @@ def report(plan: Plan, costs: dict[int, QueryCost], results: Sequence[ChildResul
                 "<=",
                 "ms",
             ),
+            Figure(
+                f"/ filter to first screenful p99, {label}",
+                percentile(r.typed_ms, 99) + nan_if_timeouts,
+                TYPED_FILTER_TARGET_MS,
+                "<=",
+                "ms",
+            ),
             Figure(f"startup, {label}", r.startup_s, STARTUP_TARGET_S, "<=", "s"),
         ]
     targets.append(Target(f"peak RSS, {ll}", large.rss_all_mb, RSS_TARGET_MB, "<=", "mb"))
@@ -1354,7 +1415,40 @@ def report(plan: Plan, costs: dict[int, QueryCost], results: Sequence[ChildResul
     print()
 
 
-def run(plan: Plan, quick: bool, workdir: Path, profile: bool, million: bool = False) -> None:
+def _built(workdir: Path, size: int, million: bool, ledgers: Path | None) -> BuiltLedger:
+    """The ledger of ``size`` tasks in ``workdir``: built there, or (``ledgers``) a copy
+    of one built in that folder by an earlier run (built there first if missing), so
+    runs before and after a change start from the same ledger, without the build."""
+    builder = build_million_ledger if million else build_ledger
+    if ledgers is None:
+        return asyncio.run(builder(workdir, size))
+    kind = "million" if million else "plain"
+    kept = ledgers / kind / size_label(size)
+    meta = kept / "built.json"
+    if not meta.exists():
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.mkdir(parents=True)
+        built = asyncio.run(builder(kept, size))
+        meta.write_text(
+            json.dumps({**asdict(built), "db_path": built.db_path.name, "store": built.store.name})
+        )
+    fields = json.loads(meta.read_text())
+    started = time.perf_counter()
+    db_path, store = workdir / fields["db_path"], workdir / fields["store"]
+    shutil.copyfile(kept / fields["db_path"], db_path)
+    if (kept / fields["store"]).exists():
+        shutil.copytree(kept / fields["store"], store)
+    return BuiltLedger(size, db_path, store, time.perf_counter() - started, fields.get("succeeded"))
+
+
+def run(
+    plan: Plan,
+    quick: bool,
+    workdir: Path,
+    profile: bool,
+    million: bool = False,
+    ledgers: Path | None = None,
+) -> None:
     print_header("bench.dashboard", quick, workdir)
     print(
         f"plan: ledgers of {', '.join(fmt_num(s, 0) for s in plan.sizes)} tasks; writer "
@@ -1369,8 +1463,7 @@ def run(plan: Plan, quick: bool, workdir: Path, profile: bool, million: bool = F
     built: list[BuiltLedger] = []
     costs: dict[int, QueryCost] = {}
     for size in plan.sizes:
-        builder = build_million_ledger if million else build_ledger
-        ledger = asyncio.run(builder(workdir, size))
+        ledger = _built(workdir, size, million, ledgers)
         built.append(ledger)
         costs[size] = asyncio.run(
             time_queries(ledger, int(WRITE_RATE / 2), repeats=50, full_repeats=3 if quick else 5)
@@ -1408,6 +1501,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="ledgers of 1 000 and 1 000 000 tasks in bench.million's mix, built in SQL",
     )
+    parser.add_argument(
+        "--ledgers",
+        type=Path,
+        help="folder keeping the built ledgers between runs (each run works on a copy)",
+    )
     parser.add_argument("--writer", help=argparse.SUPPRESS)
     parser.add_argument("--dashboard", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1426,7 +1524,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-dashboard-", dir=args.dir))
     started = time.perf_counter()
     try:
-        run(plan, args.quick, workdir, args.profile, args.million)
+        run(plan, args.quick, workdir, args.profile, args.million, args.ledgers)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"bench.dashboard finished in {time.perf_counter() - started:.1f} s ({load_line()})")

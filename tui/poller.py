@@ -12,6 +12,7 @@ mirror's, which heals any drift.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -117,8 +118,11 @@ class Poller:
     # ----------------------------------------------------------------- control
 
     def start(self) -> None:
-        """Poll as soon as the app's loop allows, and keep polling."""
-        self._arm(0)
+        """Poll now, and keep polling."""
+        # Not through a timer: at start-up its first tick comes only once the first
+        # frame is drawn, and the baseline's reads can run while it is.
+        if not self._stopped:
+            self._run()
 
     def stop(self) -> None:
         """No more polls (quitting). A poll under way finishes without re-arming."""
@@ -166,6 +170,10 @@ class Poller:
         try:
             if not self.baseline_taken:
                 await self._take_baseline()
+                # The counts on screen now, before the first poll's reads (changes,
+                # workers, provider requests): at start-up every read waits its turn
+                # on a loop busy drawing the first frames.
+                self._broadcast([], self.clock(), [])
             if await self._poll_once():
                 delay = 0
             elif self._last_changed:
@@ -201,11 +209,14 @@ class Poller:
         for _ in range(BASELINE_TRIES):
             before = await reads.revision()
             at = self.clock()
-            counts = await reads.counts()
+            # Side by side, on two of the ledger's threads: one wait, not two.
+            counts, running = await asyncio.gather(
+                reads.counts(),
+                reads.list_tasks(status=TaskStatus.RUNNING, limit=RUNNING_LOAD_MAX),
+            )
             after = await reads.revision()
             if before == after:
                 break
-        running = await reads.list_tasks(status=TaskStatus.RUNNING, limit=RUNNING_LOAD_MAX)
         self.mirror.start(counts=counts, revision=before, at=at, running=running)
         self._reconciled_at = time.monotonic()
         self.baseline_taken = True

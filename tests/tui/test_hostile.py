@@ -141,9 +141,14 @@ async def test_main_screen_shows_hostile_names_and_ids_escaped(empty: Seeded) ->
         # The running-now panel and the workers panel.
         title = screen.query_one("#running-slot-0 .running-title")
         assert "ev\\x1b[2J\\x1b]0;pwned" in str(title.render())
-        panel = screen.query("#workers Static").results(Static)
-        workers = "\n".join(str(line.content) for line in panel)
-        assert "w\\x1b[2J" in workers
+
+        # The panel shows the ledger's workers once the poll that read them is heard
+        # (the counts and running tasks may be shown a broadcast earlier).
+        def workers() -> str:
+            panel = screen.query("#workers Static").results(Static)
+            return "\n".join(str(line.content) for line in panel)
+
+        await wait_for(pilot, lambda: "w\\x1b[2J" in workers(), what=workers)
         # The worker log: a line quoting a parser's error about a document's bytes.
         screen.post_message(LedgerChanged([], seeded.clock(), [f"failed detail={EVIL_DETAIL}"]))
         log = screen.query_one("#activity", RichLog)

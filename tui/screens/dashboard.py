@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
+from textual._context import NoActiveAppError
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -87,12 +88,22 @@ class DashboardScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
+        # The breakpoint class the first resize would give: set now, before anything
+        # is styled, that resize changes no class and restyles nothing (the whole
+        # screen, a second time, before the first frame).
+        try:
+            width = self.app.size.width
+        except NoActiveAppError:  # constructed outside a running app
+            width = 0
+        self.set_class(True, *self._get_breakpoint_classes(width, self.HORIZONTAL_BREAKPOINTS))
         self.query_filter: TaskQuery = status_query(None)
         self._table_titles: tuple[str, str] | None = None
         # Monotonic times: throttles, not what is shown.
         self._rows_refreshed_at = float("-inf")
         self._short_since: float | None = None
         self._counted: int | None = None
+        self._bar_closing = False  # a filter was applied: close the bar after its rows
+        self._bar_opened = 0  # times the bar was opened
 
     @property
     def desk(self) -> Desk:
@@ -177,6 +188,7 @@ class DashboardScreen(Screen[None]):
             for limit in dict.fromkeys((first, desk.window_rows)):
                 tasks = await query.window(reads, limit)
                 table.load(tasks, desk.clock())
+                self._close_bar_soon()
                 # The count boxes show the new filter in the same frame as its rows:
                 # a frame of its own would make the rows wait for the next one.
                 self.query_one(StatusCounts).set_active(query.status, filtered=not query.empty)
@@ -187,6 +199,7 @@ class DashboardScreen(Screen[None]):
                 self._counted = await reads.count_tasks(query.filter, at_most=FILTER_COUNT_AT_MOST)
                 self._title_table(len(table.tasks))
         except Exception as exc:  # the ledger's refusal, or a row it cannot read
+            self._close_bar_soon()
             self.notify(failure_line(exc), severity="error", title="cannot load the tasks")
             return
         self._short_since = None
@@ -269,6 +282,7 @@ class DashboardScreen(Screen[None]):
 
     def action_filter(self) -> None:
         bar = self.query_one(FilterBar)
+        self._bar_closing, self._bar_opened = False, self._bar_opened + 1
         bar.add_class("-open")
         bar.focus()
 
@@ -280,12 +294,30 @@ class DashboardScreen(Screen[None]):
             message.bar.add_class("-invalid")
             self.notify(exc.message, severity="error", title="filter")
             return
-        message.bar.remove_class("-invalid", "-open")
+        message.bar.remove_class("-invalid")
+        # The bar closes, and the table takes the focus, once the first screenful of
+        # the filter's tasks is painted: either change restyles and lays out the
+        # screen again, and the footer recomposes for the table's keys, which made
+        # the rows wait their turn behind it (hundreds of ms on a loaded machine).
+        self._bar_closing = True
         self.set_query(query)
-        self.table.focus()
+
+    def _close_bar_soon(self) -> None:
+        if self._bar_closing:
+            self._bar_closing = False
+            self.call_after_refresh(self._close_bar, self._bar_opened)
+
+    def _close_bar(self, opened: int) -> None:
+        bar = self.query_one(FilterBar)
+        # Not if the operator opened the bar again meanwhile.
+        if opened == self._bar_opened and bar.has_class("-open"):
+            bar.remove_class("-open")
+            if bar.has_focus:
+                self.table.focus()
 
     @on(FilterBar.Dismissed)
     def _filter_dismissed(self, message: FilterBar.Dismissed) -> None:
+        self._bar_closing = False
         message.bar.value = self.query_filter.text
         message.bar.remove_class("-invalid", "-open")
         self.table.focus()

@@ -41,20 +41,33 @@ class WholeKeysFooter(Footer):
     def __init__(self) -> None:
         super().__init__()
         self._composed_for = 0  # the width the keys were chosen for
+        self._composed: tuple[object, ...] | None = None  # what they were
 
     def compose(self) -> ComposeResult:
+        chosen = self._choose()
+        self._composed = _signature(chosen)
+        yield from chosen
+
+    async def recompose(self) -> None:
+        # Textual's footer recomposes on every change of the screen's bindings (a
+        # focus change, a refresh_bindings): at start-up six times over, each
+        # mounting and styling every key again. The same keys need no new widgets.
+        if self.is_attached and _signature(self._choose()) == self._composed:
+            return
+        await super().recompose()
+
+    def _choose(self) -> list[Widget]:
         shown: list[Widget] = list(super().compose())
         width = self.size.width
         self._composed_for = width
         if not width:
-            yield from shown  # not laid out yet: a resize composes again
-            return
+            return shown  # not laid out yet: a resize composes again
         keys = [w for w in shown if isinstance(w, FooterKey)]
         if len(keys) != len(shown):
-            yield from shown  # grouped keys (none here): Textual's own layout
-            return
+            return shown  # grouped keys (none here): Textual's own layout
         palette = [k for k in keys if k.has_class("-command-palette")]
         room = width - sum(key_width(k) for k in palette)
+        chosen: list[Widget] = []
         for key in keys:
             if key in palette:
                 continue
@@ -64,9 +77,26 @@ class WholeKeysFooter(Footer):
                 # ahead of this one, so every width shows a prefix of the same row.
                 break
             room -= need
-            yield key
-        yield from palette
+            chosen.append(key)
+        return chosen + palette
 
     def on_resize(self, event: events.Resize) -> None:
         if event.size.width != self._composed_for:
             self.call_after_refresh(self.recompose)
+
+
+def _signature(widgets: list[Widget]) -> tuple[object, ...]:
+    """What a row of footer keys shows (equal rows need no recompose)."""
+    return tuple(
+        (
+            type(w).__name__,
+            getattr(w, "key", None),
+            getattr(w, "key_display", None),
+            getattr(w, "description", None),
+            getattr(w, "action", None),
+            getattr(w, "_disabled", None),
+            str(w.tooltip),
+            tuple(sorted(w.classes)),
+        )
+        for w in widgets
+    )

@@ -19,14 +19,21 @@ NAME_WIDTH = 26  # characters of a document name above its bar
 class RunningTask(Vertical):
     """A slot for one running task: its id and name, then a bar for its stage.
 
-    Slots are composed once and reused: tasks start and finish several times a
-    second, and mounting a widget per task would churn the DOM and paint a frame
-    late, while updating a slot is immediate.
+    Slots are mounted the first time that many tasks run at once and reused from then
+    on: tasks start and finish several times a second, and mounting a widget per task
+    would churn the DOM and paint a frame late, while updating a slot is immediate.
+    Each slot is six widgets; mounting all of them up front was half the dashboard's
+    DOM, styled several times over before the first screen.
     """
 
     def __init__(self, slot: int) -> None:
         super().__init__(id=f"running-slot-{slot}", classes="running-task -free")
         self.task_view: TaskView | None = None
+        self._shown: tuple[object, ...] | None = None
+        # What show() was asked before the slot was mounted (None: free).
+        self._pending: tuple[TaskView | None, bool] | None = None
+        self._parts: tuple[object, ...] = (None, None, None, None)
+        self._ready = False  # the parts are queried once, on mount
 
     def compose(self) -> ComposeResult:
         yield Label("", classes="running-title")
@@ -41,26 +48,42 @@ class RunningTask(Vertical):
         self._stage = self.query_one(".running-stage", Label)
         self._bar = self.query_one(ProgressBar)
         self._count = self.query_one(".running-count", Label)
-        self._shown: tuple[object, ...] | None = None
+        self._ready = True
+        if self._pending is not None:
+            task, stalled = self._pending
+            self._pending = None
+            self.show(task, stalled=stalled)
 
     def show(self, task: TaskView | None, *, stalled: bool = False) -> None:
         """Show ``task`` in this slot, or free the slot (None)."""
         signature = (None if task is None else (task.task_id, task.revision), stalled)
         if signature == self._shown:
             return  # unchanged: touching the widgets would only cost a repaint
-        self._shown = signature
         self.task_view = task
+        if not self._ready:
+            self._pending = (task, stalled)
+            return
+        self._shown = signature
         self.set_class(task is None, "-free")
         self.set_class(stalled, "-stalled")
         if task is None:
             return
-        title = Text(task.short_id, style="bold")
-        title.append(" ")
-        title.append(shorten(visible(task.document_name or task.document_id[:8]), NAME_WIDTH))
-        self._title.update(title)
-        self._stage.update(task.stage.value)
-        self._bar.update(total=max(task.total, 1), progress=task.completed)
-        self._count.update(f"{task.completed}/{task.total}")
+        # Under a stream of changes most of them are progress: only the parts that
+        # changed are touched, and after the slot's first task none of them changes
+        # the slot's size (one line each, fixed widths: app.tcss).
+        name, stage, done, total = self._parts
+        layout = name is None
+        if name != (task.task_id, task.document_name):
+            title = Text(task.short_id, style="bold")
+            title.append(" ")
+            title.append(shorten(visible(task.document_name or task.document_id[:8]), NAME_WIDTH))
+            self._title.update(title, layout=layout)
+        if stage != task.stage:
+            self._stage.update(task.stage.value, layout=layout)
+        if (done, total) != (task.completed, task.total):
+            self._bar.update(total=max(task.total, 1), progress=task.completed)
+            self._count.update(f"{task.completed}/{task.total}", layout=layout)
+        self._parts = ((task.task_id, task.document_name), task.stage, task.completed, task.total)
 
 
 class RunningNow(VerticalScroll):
@@ -73,9 +96,16 @@ class RunningNow(VerticalScroll):
 
     def compose(self) -> ComposeResult:
         yield Label("nothing running", id="running-empty")
-        for slot in range(RUNNING_SHOWN_MAX):
-            yield RunningTask(slot)
         yield Label("", id="running-more")
+
+    def _slots(self, wanted: int) -> list[RunningTask]:
+        """At least ``wanted`` slots (of RUNNING_SHOWN_MAX), mounting the missing ones."""
+        slots = list(self.query(RunningTask))
+        if len(slots) < wanted:
+            added = [RunningTask(slot) for slot in range(len(slots), wanted)]
+            self.mount(*added, before=self.query_one("#running-more"))
+            slots += added
+        return slots
 
     def update_tasks(self, running: Mapping[str, TaskView], stalled: set[str]) -> None:
         # Called on every poll; only a change is worth touching the widgets.
@@ -92,7 +122,7 @@ class RunningNow(VerticalScroll):
             if task_id not in self._slot_of:
                 self._slot_of[task_id] = free.pop(0)
         by_slot = {slot: shown[task_id] for task_id, slot in self._slot_of.items()}
-        for slot, widget in enumerate(self.query(RunningTask)):
+        for slot, widget in enumerate(self._slots(max(by_slot, default=-1) + 1)):
             task = by_slot.get(slot)
             widget.show(task, stalled=task is not None and task.task_id in stalled)
         self.query_one("#running-empty").display = not running

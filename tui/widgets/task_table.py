@@ -44,6 +44,9 @@ from tui.widgets.task_columns import COLUMN_KEYS, COLUMNS, LABEL, WIDE, Layout, 
 
 WINDOW_ROWS = 200  # rows held at most, the newest that match: several screens
 FIRST_SCREEN_GUESS = 60  # rows of a screenful, until the table has been laid out
+# Strips kept by their row's look, shown or not: a status key and back (4, 0, 4)
+# reloads windows that share most rows, and a row drawn before is not built again.
+STRIP_CACHE_ROWS = 4 * WINDOW_ROWS
 
 _STATUS_ORDER = {status: n for n, status in enumerate(TaskStatus)}
 _LIVE = frozenset({TaskStatus.RUNNING, TaskStatus.RETRY_WAIT})
@@ -173,6 +176,7 @@ class TaskTable(ScrollView, can_focus=True):
         self._order: list[str] = []  # task ids, top row first
         self._index: dict[str, int] = {}  # task id -> row
         self._rows: dict[str, tuple[Signature, Strip]] = {}
+        self._strips: dict[Signature, Strip] = {}  # oldest first
         self._styles: dict[str, Style] = {}
         self._frame_styles: dict[str, Style] = {}
         self.column_layout: Layout = WIDE
@@ -195,6 +199,7 @@ class TaskTable(ScrollView, can_focus=True):
         self.column_layout = layout
         self._header = layout.header()
         self._rows.clear()
+        self._strips.clear()
         self.refresh_rows(self.clock())
         self.virtual_size = Size(layout.row_width, len(self._order) + 1)
         self.refresh()
@@ -211,6 +216,7 @@ class TaskTable(ScrollView, can_focus=True):
     def _restyle(self) -> None:
         self._load_styles()
         self._rows.clear()
+        self._strips.clear()
         self.refresh_rows(self.clock())
         self.refresh()
 
@@ -343,7 +349,13 @@ class TaskTable(ScrollView, can_focus=True):
         cached = self._rows.get(task.task_id)
         if cached is not None and cached[0] == signature:
             return
-        self._rows[task.task_id] = (signature, self.column_layout.strip(signature))
+        strip = self._strips.get(signature)
+        if strip is None:
+            strip = self.column_layout.strip(signature)
+            if len(self._strips) >= STRIP_CACHE_ROWS:
+                del self._strips[next(iter(self._strips))]
+            self._strips[signature] = strip
+        self._rows[task.task_id] = (signature, strip)
         row = self._index.get(task.task_id)
         if row is not None:
             self._refresh_row(row)
