@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.widgets import Label, ProgressBar
 
 from core import TaskView, visible
@@ -14,6 +15,7 @@ from tui.format import shorten
 
 RUNNING_SHOWN_MAX = 16  # bars at most; the rest are summed up in one line
 NAME_WIDTH = 26  # characters of a document name above its bar
+PARTS_LOOKUPS_MAX = 20  # refreshes a new slot waits for its parts to be mounted
 
 
 class RunningTask(Vertical):
@@ -33,7 +35,8 @@ class RunningTask(Vertical):
         # What show() was asked before the slot was mounted (None: free).
         self._pending: tuple[TaskView | None, bool] | None = None
         self._parts: tuple[object, ...] = (None, None, None, None)
-        self._ready = False  # the parts are queried once, on mount
+        self._ready = False  # the parts are queried once, after mount
+        self._lookups = 0
 
     def compose(self) -> ComposeResult:
         yield Label("", classes="running-title")
@@ -43,11 +46,25 @@ class RunningTask(Vertical):
             yield Label("", classes="running-count")
 
     def on_mount(self) -> None:
-        # Looked up once: show() runs for every slot on every poll with a change.
-        self._title = self.query_one(".running-title", Label)
-        self._stage = self.query_one(".running-stage", Label)
-        self._bar = self.query_one(ProgressBar)
-        self._count = self.query_one(".running-count", Label)
+        # A slot mounted while the dashboard runs gets its Mount before the row's own
+        # children are mounted (seen under load: no .running-stage yet): its parts
+        # are looked up once the next refresh has mounted them.
+        self.call_after_refresh(self._find_parts)
+
+    def _find_parts(self) -> None:
+        if not self.is_attached:
+            return
+        try:
+            # Looked up once: show() runs for every slot on every poll with a change.
+            self._title = self.query_one(".running-title", Label)
+            self._stage = self.query_one(".running-stage", Label)
+            self._bar = self.query_one(ProgressBar)
+            self._count = self.query_one(".running-count", Label)
+        except NoMatches:
+            self._lookups += 1
+            if self._lookups < PARTS_LOOKUPS_MAX:
+                self.call_after_refresh(self._find_parts)
+            return
         self._ready = True
         if self._pending is not None:
             task, stalled = self._pending
