@@ -21,17 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import (
-    String,
-    bindparam,
-    column,
-    func,
-    literal,
-    literal_column,
-    select,
-    table,
-    text,
-)
+from sqlalchemy import String, column, func, literal, literal_column, select, table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.selectable import NamedFromClause
@@ -82,22 +72,20 @@ def _indexed(value: str) -> Select[Any]:
     )
 
 
-def _named(
-    named: NamedFromClause, dialect: str, value: str, *, inline: bool = False
-) -> ColumnElement[bool]:
+def _named(named: NamedFromClause, dialect: str, value: str) -> ColumnElement[bool]:
     """Whether a row of ``named`` (documents) carries ``value`` in its folded name,
-    in the index's terms (``inline``: the pattern written into the statement)."""
+    in the index's terms."""
     if dialect == "sqlite":
         return literal_column(f"{named.name}.rowid").in_(_indexed(value))
-    pattern = bindparam(None, "%" + _like_escaped(value) + "%", String, literal_execute=inline)
+    pattern = literal("%" + _like_escaped(value) + "%", String)
     return named.c.filename_folded.like(pattern, escape="/")
 
 
-def named_documents(dialect: str, value: str, *, inline: bool = False) -> Select[tuple[str]]:
+def named_documents(dialect: str, value: str) -> Select[tuple[str]]:
     """The ids of the documents whose folded name contains ``value``."""
     # An alias: the list's own documents (its join) stay out of this subquery.
     named = DOCUMENTS.alias("named")
-    return select(named.c.id).where(_named(named, dialect, value, inline=inline))
+    return select(named.c.id).where(_named(named, dialect, value))
 
 
 def few_named(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:
@@ -118,15 +106,7 @@ def few_named(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:
     exists = text("SELECT to_regclass(:name)")
     if conn.execute(exists, {"name": POSTGRES_INDEX}, execution_options=options).scalar() is None:
         return False
-    # The pattern and bound written in, so that each value is planned for itself: from
-    # its statistics a common name is counted by reading documents in their order until
-    # the bound (name:report: ~24 000 read, ~8 ms at a million), a rare one from the
-    # index. One statement planned for no value (PostgreSQL's generic plan, which a
-    # prepared statement may switch to after five executions) reads the index for every
-    # name, and for a common one that builds the bitmap of all its documents: ~60 ms
-    # for name:report's 83 000 before the first is counted.
-    named = named_documents(conn.dialect.name, value, inline=True)
-    return _at_most(conn, named, FEW_DOCUMENTS, options, inline=True)
+    return _at_most(conn, named_documents(conn.dialect.name, value), FEW_DOCUMENTS, options)
 
 
 def _sqlite_drives(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:
@@ -142,17 +122,8 @@ def _sqlite_drives(conn: Connection, value: str, options: Mapping[str, Any]) -> 
     return bound > PAGE_MATCHES and _at_most(conn, _indexed(value), bound, options)
 
 
-def _at_most(
-    conn: Connection,
-    rows: Select[Any],
-    bound: int,
-    options: Mapping[str, Any],
-    *,
-    inline: bool = False,
-) -> bool:
-    """Whether ``rows`` are at most ``bound`` (counted no further; ``inline``: the
-    bound written into the statement)."""
-    limit: int | ColumnElement[Any] = literal_column(str(int(bound) + 1)) if inline else bound + 1
-    bounded = rows.limit(limit).subquery()
+def _at_most(conn: Connection, rows: Select[Any], bound: int, options: Mapping[str, Any]) -> bool:
+    """Whether ``rows`` are at most ``bound`` (counted no further)."""
+    bounded = rows.limit(bound + 1).subquery()
     counted = conn.execute(select(func.count()).select_from(bounded), execution_options=options)
     return int(counted.scalar() or 0) <= bound
