@@ -351,7 +351,10 @@ def negligible(text: str) -> bool:
 
 def visible_chars(text: str) -> int:
     """Characters of ``text`` that are not white space."""
-    return sum(not ch.isspace() for ch in text)
+    # str.split() breaks at exactly the characters str.isspace() calls white space
+    # (checked over every code point), in C: counting through a generator took ~0.4 ms
+    # a text page, 13% of a one-page PDF's parse, for a page decision.
+    return sum(map(len, text.split()))
 
 
 class OcrBudget:
@@ -440,7 +443,7 @@ class PageReader:
             page: The page, asked what it shows and rendered only when needed.
         """
         chars = visible_chars(layer)
-        if not negligible(layer):
+        if chars >= MIN_TEXT_LAYER_CHARS:  # not negligible(layer), counted once
             return layer, PageReading(number, PageDecision.TEXT, chars)
         started = time.perf_counter()
         try:
