@@ -25,10 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from core.errors import NotFound
+from core.ledger.prepared import Prepared
 from core.ledger.schema import CHUNK_VECTORS, CHUNKS, INDEXES
 from core.ledger.transactions import Transactions
 from core.states import IndexState
@@ -160,21 +161,41 @@ def note_vectors_deleted(conn: Connection, chunk_ids_sql: Any) -> None:
     conn.execute(update(INDEXES).where(I.id.in_(touched)).values(deletions=I.deletions + 1))
 
 
+# Every finish runs these (insert_vectors, find_index): built and compiled once, not
+# per call. Building them was most of the finish transaction's CPU on a small
+# document (profiled: ~0.6 ms of ~2.8 ms; see core.ledger.prepared).
+_CHUNK_IDS = Prepared(
+    select(CHUNKS.c.ordinal, CHUNKS.c.id).where(CHUNKS.c.document_id == bindparam("p_document_id"))
+)
+_INSERT_VECTORS = Prepared(
+    insert(CHUNK_VECTORS).values(
+        index_id=bindparam("p_index_id"),
+        chunk_id=bindparam("p_chunk_id"),
+        vector=bindparam("p_vector"),
+    )
+)
+_FIND_INDEX = Prepared(
+    select(I.id).where(
+        I.embedder == bindparam("p_embedder"),
+        I.model == bindparam("p_model"),
+        I.version == bindparam("p_version"),
+        I.dimensions == bindparam("p_dimensions"),
+        I.options == bindparam("p_options"),
+    )
+)
+
+
 def insert_vectors(
     conn: Connection, index_id: int, document_id: str, vectors: Sequence[tuple[int, bytes]]
 ) -> None:
     """The vectors (by chunk ordinal) of one document's chunks, into ``index_id``."""
     if not vectors:
         return
-    ids = dict(
-        conn.execute(
-            select(CHUNKS.c.ordinal, CHUNKS.c.id).where(CHUNKS.c.document_id == document_id)
-        ).all()
-    )
-    conn.execute(
-        insert(CHUNK_VECTORS),
+    ids = {r.ordinal: r.id for r in _CHUNK_IDS.rows(conn, {"p_document_id": document_id})}
+    _INSERT_VECTORS.many(
+        conn,
         [
-            {"index_id": index_id, "chunk_id": ids[ordinal], "vector": vector}
+            {"p_index_id": index_id, "p_chunk_id": ids[ordinal], "p_vector": vector}
             for ordinal, vector in vectors
         ],
     )
@@ -191,16 +212,17 @@ def vectors_by_ordinal(conn: Connection, index_id: int, document_id: str) -> dic
 
 def find_index(conn: Connection, key: IndexKey) -> int | None:
     """The id of the index of ``key``, if the ledger has one."""
-    found = conn.execute(
-        select(I.id).where(
-            I.embedder == key.embedder,
-            I.model == key.model,
-            I.version == key.version,
-            I.dimensions == key.dimensions,
-            I.options == key.options_json(),
-        )
-    ).scalar()
-    return None if found is None else int(found)
+    found = _FIND_INDEX.rows(
+        conn,
+        {
+            "p_embedder": key.embedder,
+            "p_model": key.model,
+            "p_version": key.version,
+            "p_dimensions": key.dimensions,
+            "p_options": key.options_json(),
+        },
+    )
+    return int(found[0].id) if found else None
 
 
 def ensure_index(conn: Connection, key: IndexKey, now: float, *, name: str | None = None) -> int:

@@ -11,11 +11,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Row, Select, Table, func, insert, select
+from sqlalchemy import Row, Select, Table, bindparam, func, insert, select
 from sqlalchemy.engine import Connection
 
 from core.errors import BadInput, Conflict, NotFound
 from core.filters import fold
+from core.ledger.prepared import Prepared
 from core.ledger.schema import DOCUMENT_EVENTS, DOCUMENTS, TASKS
 from core.ledger.statements import INSERT_EVENTS, MOVE_DOCUMENT, TASK_COLUMNS
 from core.ledger.views import DocumentView, TaskView
@@ -110,10 +111,28 @@ def document_name(conn: Connection, document_id: str) -> str | None:
     return None if found is None else str(found)
 
 
+# A claim reads its documents and whether their bytes are shared. On SQLite these
+# run compiled once, one index seek per document: there is no round trip to save, and
+# building the IN (...) statements per claim cost more than every read they made
+# (profiled: ~0.5 ms of a ~1.6 ms claim transaction). PostgreSQL keeps one set-based
+# statement each, where a statement per document would be a network round trip each.
+_DOCUMENT_BY_ID = Prepared(select(DOCUMENTS).where(DOCUMENTS.c.id == bindparam("p_id")))
+_CONTENT_HOLDERS = Prepared(
+    select(func.count()).select_from(DOCUMENTS).where(DOCUMENTS.c.sha256 == bindparam("p_sha256"))
+)
+
+
 def documents_by_id(conn: Connection, document_ids: Iterable[str]) -> dict[str, DocumentView]:
     ids = list(document_ids)
     if not ids:
         return {}
+    if conn.dialect.name == "sqlite":
+        views = (
+            DocumentView.from_row(r._asdict())
+            for i in dict.fromkeys(ids)
+            for r in _DOCUMENT_BY_ID.rows(conn, {"p_id": i})
+        )
+        return {v.document_id: v for v in views}
     found = conn.execute(select(DOCUMENTS).where(DOCUMENTS.c.id.in_(ids))).all()
     return {r.id: DocumentView.from_row(r) for r in found}
 
@@ -124,6 +143,12 @@ def shared_contents(conn: Connection, sha256s: Iterable[str]) -> set[str]:
     wanted = set(sha256s)
     if not wanted:
         return set()
+    if conn.dialect.name == "sqlite":
+        return {
+            sha256
+            for sha256 in wanted
+            if _CONTENT_HOLDERS.rows(conn, {"p_sha256": sha256})[0][0] > 1
+        }
     query = (
         select(DOCUMENTS.c.sha256)
         .where(DOCUMENTS.c.sha256.in_(wanted))

@@ -253,10 +253,15 @@ def _install_sqlite_hooks(engine: Engine, synchronous: str, busy_timeout_ms: int
     def _on_begin(conn: Connection) -> None:
         # A writer that starts DEFERRED and upgrades later gets SQLITE_BUSY without
         # waiting; taking the write lock up front makes it queue on busy_timeout.
-        if conn.get_execution_options().get(WRITE_OPTION):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            conn.exec_driver_sql("BEGIN")
+        # Straight on the DBAPI cursor, as core.ledger.prepared runs the hot
+        # statements: exec_driver_sql's execution context was ~10% of the ledger's
+        # CPU on small documents (one BEGIN a transaction).
+        begin = "BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE_OPTION) else "BEGIN"
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(begin)
+        finally:
+            cursor.close()
 
 
 def _fold_sql(value: object) -> object:
