@@ -118,13 +118,10 @@ def _code() -> ColumnElement[str]:
     return func.coalesce(TASKS.c.error_code, "")
 
 
-def _bare(v: ColumnElement[str]) -> ColumnElement[bool]:
-    return _contains(_name())(v) | _starts(TASKS.c.id)(v) | _contains(_code())(v)
-
-
-def _bare_column_bare(v: ColumnElement[str]) -> ColumnElement[bool]:
-    name = DOCUMENTS.c.filename_folded
-    return _contains(name)(v) | _starts(TASKS.c.id)(v) | _contains(_code())(v)
+def _bare_on(name: ColumnElement[str]) -> Match:
+    """A bare word: in the name (``name``, as a group needs it), a task id's start, or
+    the error code."""
+    return lambda v: _contains(name)(v) | _starts(TASKS.c.id)(v) | _contains(_code())(v)
 
 
 def _worker(v: ColumnElement[str]) -> ColumnElement[bool]:
@@ -133,7 +130,7 @@ def _worker(v: ColumnElement[str]) -> ColumnElement[bool]:
 
 # field -> (how a value is prepared, the test of one value)
 _PATTERN_FIELDS: dict[str | None, tuple[Callable[[str], str], Match]] = {
-    None: (fold, _bare),
+    None: (fold, _bare_on(_name())),
     "name": (fold, lambda v: _contains(_name())(v)),
     "worker": (fold, _worker),
     "id": (str.lower, lambda v: _starts(TASKS.c.id)(v)),
@@ -148,8 +145,8 @@ _PATTERN_FIELDS: dict[str | None, tuple[Callable[[str], str], Match]] = {
 # parallel: two workers started for a page found within 600 tasks (9 ms of the 13,
 # more under load). Negated or many values keep the coalesce: there a NULL differs.
 _WANTED_ONE: dict[str | None, Match] = {
-    None: _bare_column_bare,
-    "name": lambda v: _contains(DOCUMENTS.c.filename_folded)(v),
+    None: _bare_on(DOCUMENTS.c.filename_folded),
+    "name": _contains(DOCUMENTS.c.filename_folded),
 }
 
 

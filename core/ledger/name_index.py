@@ -132,11 +132,8 @@ def _newest_hold_a_page(conn: Connection, value: str, options: Mapping[str, Any]
         select(named.c.id)
         .select_from(newest.join(named, named.c.id == newest.c.document_id))
         .where(_named(named, conn.dialect.name, value))
-        .limit(PAGE_MATCHES)
-        .subquery()
     )
-    found = conn.execute(select(func.count()).select_from(matches), execution_options=options)
-    return int(found.scalar() or 0) >= PAGE_MATCHES
+    return not _at_most(conn, matches, PAGE_MATCHES - 1, options)
 
 
 def _sqlite_drives(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:

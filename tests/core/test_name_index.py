@@ -132,22 +132,33 @@ async def test_name_filters_agree_with_the_in_memory_matcher(
     await _agree(ledger, everything, [*FILTERS, *ids, *nul, *_random_filters(names, 150)])
 
 
-def _plan(conn: Connection, expr: str) -> str:
-    from core.ledger import rows
+def _clauses(conn: Connection, expr: str) -> list[Any]:
     from core.ledger.filter_sql import filter_clauses
     from core.ledger.reads import term_clause
+
+    return filter_clauses(parse_filter(expr), term_clause, conn)
+
+
+def _explain(conn: Connection, clauses: list[Any], explain: str) -> Any:
+    """``explain`` (an EXPLAIN prefix) of a first screen with ``clauses``, as the list
+    builds it."""
+    from core.ledger import rows
     from core.ledger.schema import TASKS
 
     statement = (
         rows.tasks_with_names()
-        .where(*filter_clauses(parse_filter(expr), term_clause, conn))
+        .where(*clauses)
         .order_by(TASKS.c.created_at.desc(), TASKS.c.id.desc())
         .limit(50)
     )
     compiled = statement.compile(dialect=conn.dialect)
     values = compiled.construct_params()
     args = tuple(values[k] for k in compiled.positiontup or ())
-    found = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + compiled.string, args).all()
+    return conn.exec_driver_sql(f"{explain} {compiled.string}", args)
+
+
+def _plan(conn: Connection, expr: str) -> str:
+    found = _explain(conn, _clauses(conn, expr), "EXPLAIN QUERY PLAN").all()
     return "\n".join(str(r[-1]) for r in found)
 
 
@@ -278,11 +289,6 @@ def _pg_plan(conn: Connection, expr: str) -> tuple[str, list[str]]:
     builds it, and the statements its name lookup ran before it, as sent."""
     from sqlalchemy import event
 
-    from core.ledger import rows
-    from core.ledger.filter_sql import filter_clauses
-    from core.ledger.reads import term_clause
-    from core.ledger.schema import TASKS
-
     sent: list[str] = []
 
     def on_execute(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
@@ -290,19 +296,10 @@ def _pg_plan(conn: Connection, expr: str) -> tuple[str, list[str]]:
 
     event.listen(conn, "before_cursor_execute", on_execute)
     try:
-        clauses = filter_clauses(parse_filter(expr), term_clause, conn)
+        clauses = _clauses(conn, expr)
     finally:
         event.remove(conn, "before_cursor_execute", on_execute)
-    statement = (
-        rows.tasks_with_names()
-        .where(*clauses)
-        .order_by(TASKS.c.created_at.desc(), TASKS.c.id.desc())
-        .limit(50)
-    )
-    compiled = statement.compile(dialect=conn.dialect)
-    values = compiled.construct_params()
-    args = tuple(values[k] for k in compiled.positiontup or ())
-    found = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + compiled.string, args).scalar()
+    found = _explain(conn, clauses, "EXPLAIN (FORMAT JSON)").scalar()
     sent.append("plan_cache_mode=" + str(conn.exec_driver_sql("SHOW plan_cache_mode").scalar()))
     return json.dumps(found), sent
 

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.css.query import NoMatches
 from textual.widgets import Label, ProgressBar
 
 from core import TaskView, visible
@@ -15,7 +14,6 @@ from tui.format import shorten
 
 RUNNING_SHOWN_MAX = 16  # bars at most; the rest are summed up in one line
 NAME_WIDTH = 26  # characters of a document name above its bar
-PARTS_LOOKUPS_MAX = 20  # refreshes a new slot waits for its parts to be mounted
 
 
 class RunningTask(Vertical):
@@ -35,36 +33,23 @@ class RunningTask(Vertical):
         # What show() was asked before the slot was mounted (None: free).
         self._pending: tuple[TaskView | None, bool] | None = None
         self._parts: tuple[object, ...] = (None, None, None, None)
-        self._ready = False  # the parts are queried once, after mount
-        self._lookups = 0
+        self._ready = False  # mounted: show() may touch the parts
+        # Made here and kept: show() runs for every slot on every poll with a change,
+        # and a slot mounted while the dashboard runs gets its Mount before its row's
+        # children are mounted (a query for them then finds nothing).
+        self._title = Label("", classes="running-title")
+        self._stage = Label("", classes="running-stage")
+        self._bar = ProgressBar(total=1, show_eta=False, show_percentage=False)
+        self._count = Label("", classes="running-count")
 
     def compose(self) -> ComposeResult:
-        yield Label("", classes="running-title")
+        yield self._title
         with Horizontal(classes="running-row"):
-            yield Label("", classes="running-stage")
-            yield ProgressBar(total=1, show_eta=False, show_percentage=False)
-            yield Label("", classes="running-count")
+            yield self._stage
+            yield self._bar
+            yield self._count
 
     def on_mount(self) -> None:
-        # A slot mounted while the dashboard runs gets its Mount before the row's own
-        # children are mounted (seen under load: no .running-stage yet): its parts
-        # are looked up once the next refresh has mounted them.
-        self.call_after_refresh(self._find_parts)
-
-    def _find_parts(self) -> None:
-        if not self.is_attached:
-            return
-        try:
-            # Looked up once: show() runs for every slot on every poll with a change.
-            self._title = self.query_one(".running-title", Label)
-            self._stage = self.query_one(".running-stage", Label)
-            self._bar = self.query_one(ProgressBar)
-            self._count = self.query_one(".running-count", Label)
-        except NoMatches:
-            self._lookups += 1
-            if self._lookups < PARTS_LOOKUPS_MAX:
-                self.call_after_refresh(self._find_parts)
-            return
         self._ready = True
         if self._pending is not None:
             task, stalled = self._pending

@@ -98,10 +98,15 @@ def _version_order(path: str) -> tuple[int, ...]:
     return tuple(int(n) for n in part.split(".") if n.isdigit()) or (0,)
 
 
+def _installed() -> tuple[bool, Path | None]:
+    """Whether the engine is installed, and where its language data is (None: not)."""
+    return importlib.util.find_spec(ENGINE_DISTRIBUTION) is not None, tessdata_dir()
+
+
 def unavailable_reason() -> str | None:
     """Why OCR cannot run here, in one line that names what to install; None when it can."""
-    engine = importlib.util.find_spec(ENGINE_DISTRIBUTION) is not None
-    data = tessdata_dir() is not None
+    engine, data_dir = _installed()
+    data = data_dir is not None
     if engine and data:
         return None
     if not engine and not data:
@@ -132,8 +137,8 @@ def engine_fingerprint() -> dict[str, str]:
     key (and is read again) once it is installed."""
     # Asked for every PDF a worker takes: whether OCR can run is looked up live (an
     # install is noticed at the next document), the data directory once, not twice.
-    data = tessdata_dir()
-    if data is None or importlib.util.find_spec(ENGINE_DISTRIBUTION) is None:
+    engine, data = _installed()
+    if not engine or data is None:
         return {"ocr": "unavailable"}
     return {
         "ocr": f"tesserocr {_engine_version()}",
