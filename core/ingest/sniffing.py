@@ -1,22 +1,22 @@
-"""What a document's bytes are: its kind (:func:`sniff_kind`) and, for text, its
-encoding (:func:`decode_text`).
-
-Both guess from content, with the same rule for "looks like text", so they live
-together: an upload is judged by :func:`sniff_kind` when it enters
-(:mod:`core.intake`) and decoded by :func:`decode_text` when it is parsed. Standard
-library only, so a parser child can import this without paying for anything else.
+"""What a document's bytes are: its kind (:func:`sniff_kind`), judged from content
+when an upload enters (:mod:`core.intake`). Text is judged by the same rule that
+decodes it when it is parsed (:func:`core.ingest.text_encoding.decode_text`,
+re-exported here). Standard library only, so a parser child can import this without
+paying for anything else.
 """
 
 from __future__ import annotations
 
-import codecs
 import csv
 import io
 import re
 import struct
 import zipfile
 
+from core.ingest.text_encoding import MAX_CONTROL_CHAR_RATIO, control_ratio, decode_text
 from core.states import DocumentKind
+
+__all__ = ["decode_text", "kind_misnamed_pdf", "sniff_kind"]
 
 # --- tunables ---------------------------------------------------------------------------
 
@@ -24,9 +24,6 @@ from core.states import DocumentKind
 PDF_HEADER_WINDOW_BYTES = 1024  # bytes
 # How much of an upload sniff_kind inspects to decide whether it is text.
 TEXT_SNIFF_BYTES = 64 * 1024  # bytes
-# Control characters (other than tab, newline, carriage return, form feed, vertical tab
-# and escape) allowed in text before it is judged binary. Random bytes score about 13 %.
-MAX_CONTROL_CHAR_RATIO = 0.01  # fraction of decoded characters
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 TEXT_SUFFIXES = (".txt", ".text", *MARKDOWN_SUFFIXES)
@@ -111,17 +108,6 @@ _BINARY_MAGICS: tuple[bytes, ...] = (
     b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1",  # OLE2: .doc, .xls, .msg
     b"%!PS",  # PostScript: text-like but not something we can index meaningfully
 )
-# C0 and C1 controls except tab, LF, VT, FF, CR and ESC (ANSI colours in logs).
-_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
-# The endian-neutral codecs read the BOM, pick the byte order from it and drop it.
-_BOMS: tuple[tuple[bytes, str], ...] = (
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    # UTF-32 BOMs start with the UTF-16 ones, so they must be tested first.
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
 _PDF_MAGIC = b"%PDF-"
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _JPEG_MAGIC = b"\xff\xd8\xff"
@@ -159,7 +145,9 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
        characters, CSV when named ``.csv``/``.tsv`` or when its first lines (3 to 50)
        all split into the same number (2+) of fields on one of ``, ; tab |``, else
        TEXT. Text-like means it decodes (BOM-declared UTF-8/16/32, else strict UTF-8,
-       else cp1252) and at most 1 % of the first 64 KiB are control characters. NUL
+       else the charset a page declares, else a recognised code page such as
+       Shift_JIS, GBK or Windows-1251, else cp1252: see ``decode_text``) and at most
+       1 % of the first 64 KiB are control characters. NUL
        bytes count as control characters: a stray NUL in a log is tolerated (and
        stripped on parse), a binary file is not. UTF-16 without a BOM is not
        recognised.
@@ -190,7 +178,7 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
         return image
     final = len(data) <= TEXT_SNIFF_BYTES
     sample = decode_text(data[:TEXT_SNIFF_BYTES], final=final)
-    if sample is None or _control_ratio(sample[0]) > MAX_CONTROL_CHAR_RATIO:
+    if sample is None or control_ratio(sample[0]) > MAX_CONTROL_CHAR_RATIO:
         return None
     if name.endswith(MARKDOWN_SUFFIXES):
         return DocumentKind.MARKDOWN
@@ -278,59 +266,6 @@ def _looks_like_table(text: str, *, final: bool) -> bool:
     except csv.Error:
         return False
     return len(widths) == 1 and widths.pop() >= CSV_MIN_FIELDS
-
-
-def decode_text(
-    data: bytes, *, final: bool = True, count_nul: bool = True
-) -> tuple[str, str] | None:
-    """Decode text bytes the way a careful human would guess their encoding.
-
-    BOM first (it is unambiguous), then strict UTF-8 (by far the commonest, and it
-    almost never decodes non-UTF-8 text by accident), then cp1252 — which decodes nearly
-    any byte string, so it is only believed if the result has few control characters.
-
-    Args:
-        data: The bytes.
-        final: False when ``data`` is a prefix of a longer file, so a multi-byte
-            character cut at the end is not held against it.
-        count_nul: Whether NUL bytes count against cp1252. Sniffing counts them (they
-            mark binaries); parsing, which strips them anyway, does not.
-
-    Returns:
-        ``(text, encoding)``, or None when no candidate encoding fits.
-    """
-    for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            return _decode_with(data, encoding, final=final)
-    decoded = _decode_with(data, "utf-8", final=final)
-    if decoded is not None:
-        return decoded
-    decoded = _decode_with(data, "cp1252", final=final)
-    if (
-        decoded is not None
-        and _control_ratio(decoded[0], count_nul=count_nul) <= MAX_CONTROL_CHAR_RATIO
-    ):
-        return decoded
-    return None
-
-
-def _control_ratio(text: str, *, count_nul: bool = True) -> float:
-    """Fraction of ``text`` that is control characters a text file would not contain."""
-    if not count_nul:
-        text = text.replace("\x00", "")
-    if not text:
-        return 0.0
-    # Deleting them with a regex runs in C; counting per character in Python would make
-    # a 50 MB upload take seconds.
-    return (len(text) - len(_CONTROL_CHARS.sub("", text))) / len(text)
-
-
-def _decode_with(data: bytes, encoding: str, *, final: bool) -> tuple[str, str] | None:
-    decoder = codecs.getincrementaldecoder(encoding)("strict")
-    try:
-        return decoder.decode(data, final=final), encoding
-    except UnicodeDecodeError:
-        return None
 
 
 def kind_misnamed_pdf(data: bytes, filename: str) -> DocumentKind | None:

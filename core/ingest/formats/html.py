@@ -21,15 +21,14 @@ from core.ingest.chunker import Location
 from core.ingest.formats.base import Block, Extracted, Format, Prose, Table
 from core.ingest.formats.text import decoded
 from core.ingest.limits import MAX_HTML_DEPTH, LimitExceeded, TableBudget
+from core.ingest.text_encoding import codec_for, declared_charset
 from core.states import DocumentKind
 
 if TYPE_CHECKING:
     from core.ingest.formats.base import ParseOptions
     from core.ingest.parser_warnings import WarningCollector
 
-CHARSET_WINDOW_BYTES = 2048  # bytes searched for <meta charset=...>
 
-_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 _VOID = frozenset(
     [
         "area",
@@ -92,14 +91,21 @@ _HEADINGS = {f"h{n}": n for n in range(1, 7)}
 
 
 def decode_html(data: bytes, warnings: WarningCollector, what: str = "HTML") -> str:
-    """A page's text: its BOM, else the charset its ``<meta>`` names, else UTF-8 or cp1252."""
+    """A page's text: its BOM; else UTF-8 when it decodes (a page labelled
+    ``iso-8859-1`` that is UTF-8 is common); else the charset its ``<meta>`` names,
+    leniently, as browsers read it; else :func:`~core.ingest.text_encoding.decode_text`'s
+    guess."""
+    codec = None
     if not data.startswith((codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        found = _CHARSET.search(data, 0, CHARSET_WINDOW_BYTES)
-        if found is not None:
-            try:
-                return data.decode(codecs.lookup(found.group(1).decode("ascii")).name, "replace")
-            except LookupError:
-                warnings.add(f"{what} names an unknown charset; guessing")
+        label = declared_charset(data)
+        codec = codec_for(label)
+        if label is not None and codec is None:
+            warnings.add(f"{what} names an unknown charset; guessing")
+    if codec is not None and not codec.startswith(("utf_8", "utf_16", "utf_32")):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data.decode(codec, "replace")
     return decoded(data, warnings, what)
 
 

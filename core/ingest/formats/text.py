@@ -22,15 +22,15 @@ def decoded(data: bytes, warnings: WarningCollector, what: str = "text") -> str:
         ParseFailure: No encoding fits.
     """
     from core.ingest.failures import ParseFailure
-    from core.ingest.sniffing import decode_text
+    from core.ingest.text_encoding import decode_text, is_unicode
     from core.states import ErrorCode
 
     result = decode_text(data, count_nul=False)
     if result is None:
         raise ParseFailure(ErrorCode.PARSE_ERROR, f"undecodable {what}")
     text, encoding = result
-    if encoding == "cp1252":
-        warnings.add(f"{what} is not UTF-8; decoded as cp1252")
+    if not is_unicode(encoding):
+        warnings.add(f"{what} is not UTF-8; decoded as {encoding}")
     return text
 
 
@@ -41,7 +41,10 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
 TEXT = Format(
     kind=DocumentKind.TEXT,
     name="plain text",
-    recognised_by="decodes as text (UTF-8/16/32 with BOM, UTF-8, cp1252), few control characters",
+    recognised_by=(
+        "decodes as text (UTF-8/16/32 with BOM, UTF-8, a declared or recognised code page,"
+        " cp1252), few control characters"
+    ),
     needs=(),
     parse=parse,
     captures_warnings=False,
