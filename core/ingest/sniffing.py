@@ -107,6 +107,7 @@ _BINARY_MAGICS: tuple[bytes, ...] = (
     b"\x7fELF",
     b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1",  # OLE2: .doc, .xls, .msg
     b"%!PS",  # PostScript: text-like but not something we can index meaningfully
+    b"{\\rtf",  # RTF: text, but its words sit among control words (\fonttbl, \par, ...)
 )
 _PDF_MAGIC = b"%PDF-"
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -426,6 +426,12 @@ _PDF = hostile.make_pdf(["sniff me"])
         pytest.param(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64, "cat.png", None, id="png"),
         pytest.param(b"\x7fELF\x02\x01\x01" + b"\x00" * 64, "tool", None, id="elf"),
         pytest.param(hostile.garbage_pdf(), "notes.txt", None, id="random bytes named txt"),
+        pytest.param(
+            b"{\\rtf1\\ansi\\deff0 {\\fonttbl {\\f0 Times;}}\\f0 Hello\\par}",
+            "letter.txt",
+            None,
+            id="rtf named txt",
+        ),
         pytest.param(b"# Title\n\ntext\n", "README.md", DocumentKind.MARKDOWN, id="md"),
         pytest.param(b"# Title\n", "notes.Markdown", DocumentKind.MARKDOWN, id="markdown"),
         pytest.param(b"# Title\n", "notes.txt", DocumentKind.TEXT, id="md content as txt"),
