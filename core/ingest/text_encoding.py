@@ -40,12 +40,23 @@ _DECLARED = re.compile(
     rb"""|<\?xml[^>]*\sencoding\s*=\s*["']([A-Za-z0-9_.:-]+)""",
     re.IGNORECASE,
 )
+# Labels pages use that Python's codec registry does not know.
+_WHATWG_LABELS = {
+    "windows-874": "cp874",
+    "x-mac-cyrillic": "mac_cyrillic",
+    "x-mac-roman": "mac_roman",
+    "x-sjis": "cp932",
+    "iso-8859-8-i": "iso8859_8",
+    "x-gbk": "gb18030",
+    "x-euc-jp": "euc_jp",
+}
 # What browsers decode a declared label as (the WHATWG Encoding standard): each label
 # on the left names a superset in practice, and pages labelled one use the other's
 # extra characters (curly quotes in "ISO-8859-1" pages, NEC symbols in "Shift_JIS").
 _WHATWG_SUPERSETS = {
     "ascii": "cp1252",
     "latin_1": "cp1252",
+    "iso8859_1": "cp1252",
     "iso8859_9": "cp1254",
     "iso8859_11": "cp874",
     "tis_620": "cp874",
@@ -54,25 +65,33 @@ _WHATWG_SUPERSETS = {
     "gb2312": "gb18030",
     "gbk": "gb18030",
 }
-# Languages written in cp1252 (as charset-normalizer names them); "Unknown" for a text
-# too short to tell, where cp1252 stays the default it always was.
-_CP1252_LANGUAGES = frozenset(
+# The encodings a page may declare (the WHATWG Encoding standard's, by Python's codec
+# names, after the supersets above) and the legacy ones Python reads that pages of the
+# same regions were written in.
+_PAGE_ENCODINGS = frozenset(
     [
-        "Unknown",
-        "English",
-        "French",
-        "German",
-        "Spanish",
-        "Portuguese",
-        "Italian",
-        "Dutch",
-        "Danish",
-        "Swedish",
-        "Norwegian",
-        "Finnish",
-        "Catalan",
-        "Indonesian",
-        "Malay",
+        "utf_8",
+        "utf_16",
+        "utf_16_be",
+        "utf_16_le",
+        "cp866",
+        *(f"iso8859_{n}" for n in (2, 3, 4, 5, 6, 7, 8, 10, 13, 14, 15, 16)),
+        "koi8_r",
+        "koi8_u",
+        "mac_roman",
+        "mac_cyrillic",
+        "cp874",
+        *(f"cp{n}" for n in range(1250, 1259)),
+        "gb18030",
+        "big5",
+        "big5hkscs",
+        "euc_jp",
+        "iso2022_jp",
+        "cp932",
+        "cp949",
+        "cp437",
+        "cp850",
+        "cp852",
     ]
 )
 _UNICODE = ("utf-8", "utf-8-sig", "utf-16", "utf-32")
@@ -140,15 +159,20 @@ def declared_charset(data: bytes) -> str | None:
 
 
 def codec_for(label: str | None) -> str | None:
-    """The codec to read a declared ``label`` with, or None for an unknown label."""
+    """The codec to read a declared ``label`` with, or None for a label that names no
+    character encoding a page may use (unknown, or one of Python's byte transforms
+    such as ``base64``, ``zlib`` or ``unicode_escape``, which a hostile page could
+    name)."""
     if label is None:
         return None
+    label = _WHATWG_LABELS.get(label.lower(), label)
     try:
         name = codecs.lookup(label).name
     except LookupError:
         return None
     name = name.replace("-", "_")
-    return _WHATWG_SUPERSETS.get(name, name)
+    name = _WHATWG_SUPERSETS.get(name, name)
+    return name if name in _PAGE_ENCODINGS else None
 
 
 def control_ratio(text: str, *, count_nul: bool = True) -> float:
@@ -190,14 +214,12 @@ def _guess(data: bytes, *, final: bool) -> tuple[str | None, bool]:
     # which decode cleanly from almost nothing but text in that encoding.
     evidence = best.coherence > 0 or (is_multi_byte_encoding(best.encoding) and best.chaos < 0.1)
     # Western text decodes about as cleanly in cp1250 or cp1257 as in cp1252, and the
-    # guess can rank either first ("naïve" read as "naďve"): cp1252 wins a tie when
-    # what it decodes reads as a language written in cp1252. (Czech read as cp1252 has
-    # no more noise, but it reads as no such language.)
-    western = next(
-        (m for m in matches if "cp1252" in m.could_be_from_charset and m.chaos <= best.chaos),
-        None,
-    )
-    if western is not None and western.language in _CP1252_LANGUAGES:
+    # guess can rank either first ("naïve" read as "naďve"), even naming a language
+    # for each from a few accented letters among markup: cp1252, the commonest, wins
+    # any tie. (So can Czech in cp1250 that cp1252 reads without noise.)
+    if "cp1252" in best.could_be_from_charset or any(
+        m.encoding == "cp1252" and m.chaos <= best.chaos for m in matches
+    ):
         return "cp1252", evidence
     return best.encoding, evidence
 
@@ -206,5 +228,5 @@ def _decode_with(data: bytes, encoding: str, *, final: bool) -> tuple[str, str] 
     decoder = codecs.getincrementaldecoder(encoding)("strict")
     try:
         return decoder.decode(data, final=final), encoding
-    except UnicodeDecodeError:
+    except UnicodeError:
         return None

@@ -30,10 +30,9 @@ RUSSIAN = (
 CHINESE = "第三季度销售报告。所有地区的收入均有增长，物流成本下降了百分之八。\n"
 TRADITIONAL = "第三季度銷售報告。所有地區的收入均有增長，物流成本下降了百分之八。\n"
 KOREAN = "3분기 판매 보고서. 모든 지역에서 매출이 증가했고 물류 비용은 8퍼센트 감소했습니다.\n"
-CZECH = (
-    "Zpráva o prodeji za třetí čtvrtletí. Příjmy vzrostly ve všech regionech, "
-    "zatímco náklady na dopravu klesly o osm procent. Příští čtvrtletí očekáváme "
-    "další růst, především v Brně a Ostravě.\n"
+POLISH = (
+    "Sprawozdanie ze sprzedaży za trzeci kwartał. Przychody wzrosły we wszystkich "
+    "regionach, a koszty transportu spadły o osiem procent.\n"
 )
 GREEK = "Αναφορά πωλήσεων τρίτου τριμήνου. Τα έσοδα αυξήθηκαν σε όλες τις περιοχές.\n"
 
@@ -46,7 +45,8 @@ GREEK = "Αναφορά πωλήσεων τρίτου τριμήνου. Τα έ�
         pytest.param(CHINESE, "gbk", id="gbk"),
         pytest.param(TRADITIONAL, "big5", id="big5"),
         pytest.param(KOREAN, "euc_kr", id="euc-kr"),
-        pytest.param(CZECH, "cp1250", id="windows-1250"),
+        pytest.param(POLISH, "cp1250", id="windows-1250"),
+        pytest.param(POLISH, "iso8859_2", id="latin-2"),
         pytest.param(GREEK, "cp1253", id="windows-1253"),
         pytest.param("名前,年齢\n佐藤,30\n", "shift_jis", id="shift_jis-short"),
     ],
@@ -121,3 +121,22 @@ def test_a_real_shift_jis_blog_page_is_html_in_japanese() -> None:
     doc = parse_document(data, DocumentKind.HTML)
 
     assert any("文字コード" in c.text or "シフトJIS" in c.text for c in doc.chunks)
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["base64", "zlib", "bz2", "hex", "rot13", "uu", "quopri", "idna", "punycode", "undefined"]
+    + ["unicode_escape", "utf-7", "utf-16", "utf-32", "no-such-charset"],
+)
+def test_a_page_naming_a_byte_transform_or_no_charset_is_read_as_text(label: str) -> None:
+    # Python's codec registry also holds transforms (a page "in zlib" would be
+    # inflated) and codecs no page is in; a hostile page may name any of them.
+    page = (
+        f'<?xml version="1.0" encoding="{label}"?><html><head><meta charset="{label}">'
+        "</head><body><p>Caf\xe9 cr\xe8me, na\xefve fa\xe7ade.</p></body></html>"
+    ).encode("cp1252")
+    assert sniff_kind(page, "page") is DocumentKind.HTML
+
+    doc = parse_document(page, DocumentKind.HTML)
+
+    assert [c.text for c in doc.chunks] == ["Café crème, naïve façade."]
