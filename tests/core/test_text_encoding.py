@@ -125,8 +125,10 @@ def test_a_real_shift_jis_blog_page_is_html_in_japanese() -> None:
 
 @pytest.mark.parametrize(
     "label",
-    ["base64", "zlib", "bz2", "hex", "rot13", "uu", "quopri", "idna", "punycode", "undefined"]
-    + ["unicode_escape", "utf-7", "utf-16", "utf-32", "no-such-charset"],
+    [
+        *("base64", "zlib", "bz2", "hex", "rot13", "uu", "quopri", "idna", "punycode"),
+        *("undefined", "unicode_escape", "utf-7", "utf-16", "utf-32", "no-such-charset"),
+    ],
 )
 def test_a_page_naming_a_byte_transform_or_no_charset_is_read_as_text(label: str) -> None:
     # Python's codec registry also holds transforms (a page "in zlib" would be
