@@ -229,9 +229,13 @@ class Poller:
         changes = await reads.tasks_since(mirror.revision, limit=POLL_BATCH)
         self._last_changed = bool(changes)
         fresh = mirror.apply(changes)
-        for task_id in list(mirror.unresolved)[:RESOLVE_PER_POLL]:
-            history = await reads.task_history(task_id)
-            mirror.resolve(task_id, status_at(history, mirror.baseline_at))
+        unresolved = list(mirror.unresolved)[:RESOLVE_PER_POLL]
+        if unresolved:
+            # One read for all of them: under changes spread over many old tasks a
+            # read per task was what grew the poll's cost (bench.dashboard --million).
+            histories = await reads.task_histories(unresolved)
+            for task_id, history in histories.items():
+                mirror.resolve(task_id, status_at(history, mirror.baseline_at))
         tick = time.monotonic()
         if tick - self._workers_read_at >= LEDGER_WORKERS_EVERY_S:
             self.ledger_workers = await self.registry.workers()

@@ -16,7 +16,7 @@ from bench.million import build
 from core import Ledger, Settings, TaskStatus, parse_filter, sqlite_url
 from core.ledger import rows
 from core.ledger.filter_sql import filter_clauses
-from core.ledger.reads import term_clause
+from core.ledger.reads import HISTORIES_SLICE, TASK_HISTORIES, term_clause
 from core.ledger.schema import TASKS
 from core.ledger.statements import CLAIM_NEXT, reap_statement
 
@@ -91,3 +91,36 @@ async def test_a_capped_count_stops_past_its_cap(big: Settings) -> None:
         assert await ledger.reads.count_tasks(name, at_most=100) == 101
         assert await ledger.reads.count_tasks(name, at_most=exact) == exact
         assert await ledger.reads.count_tasks(name, at_most=exact + 5) == exact
+
+
+async def test_histories_of_many_tasks_walk_the_task_index(big: Settings) -> None:
+    async with await Ledger.open(big) as ledger:
+        ids = [t.task_id for t in await ledger.reads.list_tasks(limit=30)]
+
+        def plan(conn: Connection) -> str:
+            query = TASK_HISTORIES.params(p_ids=ids).compile(
+                dialect=conn.dialect, compile_kwargs={"literal_binds": True}
+            )
+            found = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}").all()
+            return "\n".join(str(r[-1]) for r in found)
+
+        found = await ledger.transactions.read(plan)
+        assert "USING INDEX ix_task_events_task_id" in found, found
+        assert "TEMP B-TREE" not in found, found  # (task, id) is the index's own order
+
+
+async def test_histories_of_many_tasks_are_each_tasks_history(big: Settings) -> None:
+    async with await Ledger.open(big) as ledger:
+        ids = [t.task_id for t in await ledger.reads.list_tasks(limit=40)]
+        gone = "f" * 32  # no such task: an empty history, not a refusal
+        asked = [*reversed(ids), gone, ids[0]]
+        histories = await ledger.reads.task_histories(asked)
+        assert list(histories) == [*reversed(ids), gone]
+        assert histories[gone] == []
+        for task_id in ids:
+            assert histories[task_id] == await ledger.reads.task_history(task_id)
+            assert histories[task_id], task_id  # every task has a history
+        many = [t.task_id for t in await ledger.reads.list_tasks(limit=HISTORIES_SLICE + 100)]
+        read = await ledger.reads.task_histories(many)  # more than one statement's worth
+        assert list(read) == many and all(read.values())
+        assert read[ids[0]] == histories[ids[0]]

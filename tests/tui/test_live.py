@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 from textual.widgets import Log
 
+from bench.million import build
 from core import Ledger, Settings, TaskStatus, sqlite_url
 from tests.hostile import make_pdf
 from tests.tui.conftest import APP_SIZE, Notices, Seeded, submit, wait_for
 from tui.app import LEDGER_DOWN_MARK, IngestDeskApp, run_dashboard
+from tui.poller import RESOLVE_PER_POLL
 from tui.screens.race import RACERS, RaceScreen
 from tui.widgets.task_table import TaskTable
 
@@ -121,6 +123,35 @@ async def test_writes_from_another_process_appear(tmp_path: Path) -> None:
                 what="the other process's task",
             )
             assert app.mirror.counts[TaskStatus.QUEUED] == 1
+    finally:
+        await ledger.close()
+
+
+async def test_old_tasks_changing_after_the_baseline_keep_the_counts_exact(
+    tmp_path: Path,
+) -> None:
+    # More old tasks change at once than one poll looks up (RESOLVE_PER_POLL): each
+    # one's status at the baseline comes from its history, read in batches.
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
+    await build(settings, 1_000)
+    ledger = await Ledger.open(settings)
+    try:
+        failed = await ledger.reads.list_tasks(status=TaskStatus.FAILED, limit=None)
+        assert len(failed) > RESOLVE_PER_POLL
+        app = IngestDeskApp(ledger, workers=0, poll_interval_s=POLL_S)
+        async with app.run_test(size=APP_SIZE) as pilot:
+            await wait_for(pilot, lambda: app.poller.baseline_taken)
+            for task in failed:
+                await ledger.operator.retry(task.task_id, actor="alice", reason="again")
+            head = await ledger.reads.revision()
+            expected = await ledger.reads.counts()
+            await wait_for(
+                pilot,
+                lambda: app.mirror.revision >= head and not app.mirror.unresolved,
+                what="every retried task to be resolved",
+            )
+            assert app.mirror.counts == expected
+            assert expected[TaskStatus.FAILED] == 0
     finally:
         await ledger.close()
 
