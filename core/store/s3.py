@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import re
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -76,12 +77,23 @@ def is_s3_location(store: str) -> bool:
     return store.startswith(SCHEME)
 
 
+# Characters no S3 service accepts in a bucket name, whatever its rules: today's are
+# 3-63 lowercase letters, digits, dots and hyphens, but buckets made in us-east-1
+# before 2018 may hold capitals and underscores and run to 255, and stay reachable.
+_BUCKET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
+
+
 def split_location(location: str) -> tuple[str, str]:
     """(bucket, prefix) of ``s3://BUCKET/PREFIX``; the prefix may be empty."""
     parts = urlsplit(location)
     bucket, prefix = parts.netloc, parts.path.strip("/")
     if parts.scheme != "s3" or not bucket or parts.query or parts.fragment:
         raise StoreUnavailable(f"{location!r} is not a bucket: write s3://BUCKET/PREFIX")
+    if not _BUCKET_NAME.fullmatch(bucket):
+        raise StoreUnavailable(
+            f"{bucket!r} is not a valid bucket name: 3 to 63 lowercase letters, digits,"
+            " dots and hyphens"
+        )
     return bucket, prefix
 
 

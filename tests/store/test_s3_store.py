@@ -19,7 +19,7 @@ from core import Ledger
 from core.cli.maintenance import STALE_AFTER_S, Removed, _prune_store
 from core.errors import ObjectReadError, StoreUnavailable
 from core.store import track_created
-from core.store.s3 import INCOMING_DIR, PART_BYTES, S3Store
+from core.store.s3 import INCOMING_DIR, PART_BYTES, S3Store, split_location
 from tests.store.conftest import (
     ACCESS_KEY,
     REPO_ROOT,
@@ -107,6 +107,18 @@ def test_a_missing_bucket_or_no_credentials_is_one_line_at_start_up(
     run = s3_cli(s3_settings(s3_server, tmp_path), "add", str(note), env=nobody)
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert "no AWS credentials found" in run.stderr
+
+
+@pytest.mark.parametrize("bucket", ["Bad_Bucket!", "ab", "-leading", "a b", "x" * 256, "café"])
+def test_a_bucket_name_no_service_accepts_is_named_as_such(bucket: str) -> None:
+    with pytest.raises(StoreUnavailable, match="is not a valid bucket name"):
+        split_location(f"s3://{bucket}/originals")
+
+
+def test_todays_and_legacy_bucket_names_are_taken() -> None:
+    assert split_location("s3://docs.example-1/originals") == ("docs.example-1", "originals")
+    # us-east-1 buckets made before 2018 may hold capitals and underscores.
+    assert split_location("s3://Legacy_Bucket") == ("Legacy_Bucket", "")
 
 
 PROBE = """
