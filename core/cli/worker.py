@@ -312,8 +312,13 @@ def run_worker(args: argparse.Namespace, out: Output) -> int:
     the worker; the exit code (130 when Ctrl-C stopped it)."""
     import asyncio
 
+    from core.ingest.wordllama_embedder import tokenize_on_one_thread
+
     check_worker_arguments(args)
     settings = settings_from_args(args)
+    # Before the parser's launcher and the ledger's threads exist (a change to the
+    # environment is not safe beside threads reading it).
+    tokenize_on_one_thread()
     pool = start_parser_early(args)
     return asyncio.run(run_worker_command(settings, args, out, pool))
 

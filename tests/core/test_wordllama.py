@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import threading
@@ -141,6 +142,41 @@ def test_vectors_are_the_same_in_another_process() -> None:
     }
     assert len(runs) == 1
     assert len(next(iter(runs)).strip()) == 4 * 2 * 256 * 4
+
+
+def test_vectors_are_the_same_on_one_tokenizer_thread_and_on_its_pool() -> None:
+    # A worker tokenises on one thread (tokenize_on_one_thread); a program that
+    # leaves the tokenizer its pool must get the same bytes, or their indexes differ.
+    code = (
+        "import asyncio, sys; from core.ingest.wordllama_embedder import WordLlamaEmbedder;"
+        "texts = sys.stdin.read().split('\\x1e');"
+        "print(b''.join(asyncio.run(WordLlamaEmbedder().embed(texts))).hex())"
+    )
+    texts = "\x1e".join([*real_chunks()[:40], SENTENCE, "日本語の文章です。", "x " * 9000])
+    runs = {}
+    for parallel in ("true", "false"):
+        env = dict(os.environ, TOKENIZERS_PARALLELISM=parallel)
+        runs[parallel] = subprocess.run(
+            [sys.executable, "-c", code],
+            input=texts,
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        ).stdout
+    assert runs["true"] == runs["false"]
+    assert len(runs["true"].strip()) > 40 * 2 * 256 * 4
+
+
+def test_one_tokenizer_thread_unless_the_environment_chose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(wordllama_embedder.TOKENIZER_THREADS_ENV, raising=False)
+    wordllama_embedder.tokenize_on_one_thread()
+    assert os.environ[wordllama_embedder.TOKENIZER_THREADS_ENV] == "false"
+    monkeypatch.setenv(wordllama_embedder.TOKENIZER_THREADS_ENV, "true")
+    wordllama_embedder.tokenize_on_one_thread()
+    assert os.environ[wordllama_embedder.TOKENIZER_THREADS_ENV] == "true"
 
 
 def test_empty_and_whitespace_give_the_zero_vector(embedder: WordLlamaEmbedder) -> None:
