@@ -561,6 +561,11 @@ def run_dashboard(
     Returns:
         The process exit code.
     """
+    from core.ingest.wordllama_embedder import tokenize_on_one_thread
+
+    # The in-process workers embed one document's few chunks at a time, as a worker
+    # process does; set before any thread starts.
+    tokenize_on_one_thread()
     return asyncio.run(_run(settings, workers=workers, read_only=read_only, faults_dir=faults_dir))
 
 
