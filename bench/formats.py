@@ -38,7 +38,8 @@ at most b / (b + c), whatever the parse costs.
 
 Then the OCR rows (:mod:`bench.formats_ocr`), skipped while no OCR engine is installed.
 
-Run: ``python -m bench.formats [--quick]`` alone, or as part of ``python -m bench.ingest``.
+Run: ``python -m bench.formats [--quick] [--formats xlsx,html]`` alone (``--formats`` measures
+those kinds only, without the OCR rows), or as part of ``python -m bench.ingest``.
 """
 
 from __future__ import annotations
@@ -442,9 +443,14 @@ async def fixed_cost_s(workdir: Path, n: int, rounds: int, embedder: str | None)
 # --- the run ----------------------------------------------------------------------------
 
 
-def run_formats(plan: FormatsPlan, workdir: Path, corpora: Path | None = None) -> list[Target]:
-    """Build the corpora, measure every format, print the table and ratio lines, and
-    return the targets for the caller's targets table."""
+def run_formats(
+    plan: FormatsPlan,
+    workdir: Path,
+    corpora: Path | None = None,
+    kinds: frozenset[str] | None = None,
+) -> list[Target]:
+    """Build the corpora, measure every format (or those of ``kinds``), print the table
+    and ratio lines, and return the targets for the caller's targets table."""
     from bench.formats_ocr import run_ocr
 
     started = time.perf_counter()
@@ -460,6 +466,7 @@ def run_formats(plan: FormatsPlan, workdir: Path, corpora: Path | None = None) -
             build_corpus(spec, plan, candidates.get(spec.kind, []), workdir / "corpus" / spec.kind),
         )
         for spec in SPECS
+        if kinds is None or spec.kind in kinds
     ]
     print(
         f"formats corpus ({root}{'' if root.is_dir() else ': absent, all generated'}), "
@@ -530,7 +537,7 @@ def run_formats(plan: FormatsPlan, workdir: Path, corpora: Path | None = None) -
     )
     print(
         "bare = the library alone: "
-        + "; ".join(f"{spec.label} {spec.library}" for spec in SPECS)
+        + "; ".join(f"{spec.label} {spec.library}" for spec, _ in built)
         + ". Rates are of the second N documents (marginal); whole 2N = the ratio of the "
         "whole 2N runs. b = the bare library's marginal time a document; c = the worker's "
         f"fixed cost a document, {1000 * fixed_s:.2f} ms (marginal, one-line text "
@@ -566,7 +573,8 @@ def run_formats(plan: FormatsPlan, workdir: Path, corpora: Path | None = None) -
     targets.append(
         Target("formats: rounds where a document did not succeed", failed, 0, "==", "count")
     )
-    targets += run_ocr(plan.rounds == 1, workdir / "ocr")
+    if kinds is None:  # a run of chosen formats leaves OCR out
+        targets += run_ocr(plan.rounds == 1, workdir / "ocr")
     print(f"(formats took {time.perf_counter() - started:.0f} s; {load_line()})", flush=True)
     return targets
 
@@ -581,7 +589,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--embedder", help="the worker's embedder spec (default: ingestdesk worker's)"
     )
+    parser.add_argument(
+        "--formats",
+        help="comma-separated kinds to measure, e.g. xlsx,html (default: all, and OCR)",
+    )
     args = parser.parse_args(argv)
+    kinds = None
+    if args.formats:
+        kinds = frozenset(k.strip().lower() for k in args.formats.split(",") if k.strip())
+        unknown = kinds - {spec.kind for spec in SPECS}
+        if unknown:
+            parser.error(f"unknown formats {sorted(unknown)}; known: {[s.kind for s in SPECS]}")
     compile_bytecode()
     workdir = Path(tempfile.mkdtemp(prefix="bench-formats-", dir=args.dir))
     started = time.perf_counter()
@@ -590,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = dataclasses.replace(
             QUICK_FORMATS if args.quick else FULL_FORMATS, embedder=args.embedder
         )
-        targets = run_formats(plan, workdir, args.corpora)
+        targets = run_formats(plan, workdir, args.corpora, kinds)
         print(flush=True)
         print_targets(targets)
     finally:
