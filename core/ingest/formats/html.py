@@ -88,6 +88,13 @@ _BLOCKS = frozenset(
     ]
 )
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
+_CELLS = frozenset({"td", "th"})
+# Tags whose start or end does more than push or pop the open elements and mark a
+# block boundary: every other tag (div, span, a, ...) takes the short path, which
+# most of a page's tags are and which the profile of real pages is dominated by.
+_SPECIAL_END = _SKIPPED | _HEADINGS.keys() | _CELLS | {"table", "pre"}
+_SPECIAL_START = _VOID | _SELF_CLOSING_SIBLINGS | _SPECIAL_END | {"title", "body", "tr"}
+_SPACE_RUN = re.compile(r"\s+")
 
 
 def decode_html(data: bytes, warnings: WarningCollector, what: str = "HTML") -> str:
@@ -133,6 +140,14 @@ class _Extractor(HTMLParser):
         return Location(headings=self._base + tuple(t for _, t in self._path))
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in _SPECIAL_START:
+            opened = self._open
+            opened.append(tag)
+            if len(opened) > MAX_HTML_DEPTH:
+                raise LimitExceeded(f"{self._what} nested over {MAX_HTML_DEPTH} elements deep")
+            if tag in _BLOCKS and not self._skipping:
+                self._block_boundary()
+            return
         if tag == "title":
             self._in_title = True
         if tag in _VOID:
@@ -158,7 +173,7 @@ class _Extractor(HTMLParser):
         elif tag == "tr" and self._tables == 1:
             self._end_cell()
             self._rows.append([])
-        elif tag in ("td", "th") and self._tables == 1:
+        elif tag in _CELLS and self._tables == 1:
             self._end_cell()
             if not self._rows:
                 self._rows.append([])
@@ -170,7 +185,11 @@ class _Extractor(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag == "title":
             self._in_title = False
-        if tag in self._open:
+        opened = self._open
+        if opened and opened[-1] == tag:  # the usual case: the innermost one closes
+            opened.pop()
+            self._ended(tag)
+        elif tag in opened:
             self._close(tag)
 
     def _close(self, tag: str) -> None:
@@ -181,6 +200,10 @@ class _Extractor(HTMLParser):
                 return
 
     def _ended(self, tag: str) -> None:
+        if tag not in _SPECIAL_END:
+            if tag in _BLOCKS and not self._skipping:
+                self._block_boundary()
+            return
         if tag in _SKIPPED:
             self._skipping -= 1
         elif tag in _HEADINGS and self._heading is not None and not self._tables:
@@ -197,7 +220,7 @@ class _Extractor(HTMLParser):
             if self._tables == 0:
                 self._end_cell()
                 self._emit_table()
-        elif tag in ("td", "th") and self._tables == 1:
+        elif tag in _CELLS and self._tables == 1:
             self._end_cell()
         elif tag == "pre":
             self._pre -= 1
@@ -215,14 +238,17 @@ class _Extractor(HTMLParser):
         elif self._tables:
             return  # between cells: whitespace
         else:
-            self._text.append(data if self._pre else re.sub(r"\s+", " ", data))
+            self._text.append(data if self._pre else _SPACE_RUN.sub(" ", data))
 
     def _boundary(self, tag: str) -> None:
         if tag in _BLOCKS and not self._skipping:
-            if self._cell is not None:
-                self._cell.append(" ")
-            elif not self._tables:
-                self._text.append("\n")
+            self._block_boundary()
+
+    def _block_boundary(self) -> None:
+        if self._cell is not None:
+            self._cell.append(" ")
+        elif not self._tables:
+            self._text.append("\n")
 
     def _end_cell(self) -> None:
         if self._cell is not None:
