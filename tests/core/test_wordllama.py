@@ -236,6 +236,44 @@ def test_a_batch_of_huge_texts_is_tokenised_in_bounded_calls(
     assert cosine(two, embedder.embed_now(["other"])[0]) > 0.999
 
 
+# Texts where normalising before the tokenizer could go wrong: runs of spaces, spaces
+# at either end, other whitespace, the word mark itself, added tokens' texts (split off
+# before the tokenizer normalises), scripts that fall back to bytes.
+TOKENIZER_EDGES = [
+    "",
+    " ",
+    "   ",
+    "a  b   c",
+    " lead and trail ",
+    "tab\tnew\nline\r\nnbsp\u00a0ideographic\u3000space",
+    "\u2581 \u2581\u2581 word\u2581mark",
+    "a<s>b",
+    "x </s> y",
+    "<unk>",
+    " <s></s><unk> ",
+    "中文 テキスト 🙂 é ü",
+    "| n | a | b |\n| --- | --- | --- |\n| 1 | x y | z |",
+]
+
+
+def test_normalising_before_the_tokenizer_gives_its_own_tokens(
+    embedder: WordLlamaEmbedder,
+) -> None:
+    model = wordllama_embedder._model(embedder.dimensions)
+    assert model.prenormalised is not None  # the fast path is taken with wordllama 0.4
+    texts = TOKENIZER_EDGES + real_chunks()[:300]
+    own = model.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+    # One call of plain pieces (the fast path), and each text alone (a text holding
+    # an added token's text takes the tokenizer's own path).
+    plain = [t for t in texts if not any(token in t for token in model.added)]
+    assert len(plain) < len(texts)
+    fast = wordllama_embedder._encode(model, plain)
+    by_text = {t: e.ids for t, e in zip(texts, own, strict=True)}
+    assert [e.ids for e in fast] == [by_text[t] for t in plain]
+    for text in texts:
+        assert [e.ids for e in wordllama_embedder._encode(model, [text])] == [by_text[text]]
+
+
 @pytest.mark.parametrize("dimensions", [d for d in DIMENSIONS if d != 256])
 def test_fewer_dimensions_are_the_leading_ones(
     embedder: WordLlamaEmbedder, dimensions: int
