@@ -601,6 +601,10 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown formats {sorted(unknown)}; known: {[s.kind for s in SPECS]}")
     compile_bytecode()
+    # As `ingestdesk worker` sets it before its threads start (core/cli/worker.py).
+    from core.ingest.wordllama_embedder import tokenize_on_one_thread
+
+    tokenize_on_one_thread()
     workdir = Path(tempfile.mkdtemp(prefix="bench-formats-", dir=args.dir))
     started = time.perf_counter()
     try:
