@@ -203,12 +203,14 @@ class _ProgressSender:
         while True:
             self._held.wait()
             with self._lock:
+                # Measured again after each sleep: the parse may have sent a report
+                # itself meanwhile (its window had ended), which opens a new window.
                 wait_s = self._sent_at + PROGRESS_EVERY_S - time.monotonic()
-            if wait_s > 0:
-                time.sleep(wait_s)
-            with self._lock:
-                self._held.clear()
-                self._send_pending()
+                if wait_s <= 0:
+                    self._held.clear()
+                    self._send_pending()
+                    continue
+            time.sleep(wait_s)
 
     def _send_pending(self) -> None:
         pending, self._pending = self._pending, None

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import re
 import threading
 import time
 import zlib
 from collections.abc import AsyncIterator
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 
 from core import ErrorCode, Ledger, Settings, Stage, TaskStatus
 from core.config import sqlite_url
-from core.ingest.parse_child import PROGRESS_EVERY_S
+from core.ingest.parse_child import PROGRESS_EVERY_S, _ProgressSender
 from core.ingest.parse_pool import ParserPool, estimate_pages
 from core.ingest.parse_progress import reporting
 from core.ingest.parsing import ParseFailure, parse_document
@@ -138,6 +141,40 @@ async def test_a_fast_many_page_parse_sends_few_reports() -> None:
     assert len(reports.seen) < pages / 10
     if reports.seen:  # the parse outlasted the first window: its last report came too
         assert reports.seen[-1] == (pages, pages)
+
+
+class _TimedConnection:
+    """One end of a real pipe that notes when each message was sent."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn, self.sent_at = conn, list[float]()
+
+    def send(self, message: object) -> None:
+        self.sent_at.append(time.monotonic())
+        self.conn.send(message)
+
+
+def test_reports_sent_by_the_parse_and_by_the_held_report_thread_keep_their_window() -> None:
+    # A parse reporting without pause: it sends one itself whenever a window has
+    # ended, and the thread sends the held one when its window ends. The two met at a
+    # window's end and both sent (two reports 2 ms apart: a CI run's flaky count).
+    ours, theirs = Pipe()
+    timed = _TimedConnection(ours)
+    sender = _ProgressSender(timed)  # type: ignore[arg-type]  # what it uses of one
+    sender.begin()
+    deadline = time.monotonic() + 12 * PROGRESS_EVERY_S
+    done = 0
+    while time.monotonic() < deadline:
+        done += 1
+        sender(done, 10**9)
+    sender.finish()
+    while theirs.poll():
+        theirs.recv()
+
+    gaps = [b - a for a, b in itertools.pairwise(timed.sent_at)]
+    assert len(timed.sent_at) >= 8
+    # The last report before the reply is never held back (finish): not judged.
+    assert min(gaps[:-1]) >= PROGRESS_EVERY_S * 0.99, gaps
 
 
 async def test_a_parse_that_keeps_reporting_outlives_its_upfront_budget() -> None:
