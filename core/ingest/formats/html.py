@@ -237,8 +237,12 @@ class _Extractor(HTMLParser):
             self._cell.append(data)
         elif self._tables:
             return  # between cells: whitespace
+        elif self._pre:
+            self._text.append(data)
+        elif data.isspace():  # the indentation between tags: what the pattern makes of it
+            self._text.append(" ")
         else:
-            self._text.append(data if self._pre else _SPACE_RUN.sub(" ", data))
+            self._text.append(_SPACE_RUN.sub(" ", data))
 
     def _boundary(self, tag: str) -> None:
         if tag in _BLOCKS and not self._skipping:
