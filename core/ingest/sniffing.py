@@ -1,8 +1,8 @@
 """What a document's bytes are: its kind (:func:`sniff_kind`), judged from content
 when an upload enters (:mod:`core.intake`). Text is judged by the same rule that
-decodes it when it is parsed (:func:`core.ingest.text_encoding.decode_text`,
-re-exported here). Standard library only, so a parser child can import this without
-paying for anything else.
+decodes it when it is parsed (:func:`core.ingest.text_encoding.decode_text`).
+Standard library only, so a parser child can import this without paying for anything
+else.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import zipfile
 
 from core.ingest.text_encoding import MAX_CONTROL_CHAR_RATIO, control_ratio, decode_text
 from core.states import DocumentKind
-
-__all__ = ["decode_text", "kind_misnamed_pdf", "sniff_kind"]
 
 # --- tunables ---------------------------------------------------------------------------
 

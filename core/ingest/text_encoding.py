@@ -2,7 +2,7 @@
 (:mod:`core.ingest.sniffing`) and parsing text, CSV and HTML.
 
 Knowledge bases are fed text from every code page in use: Shift_JIS exports from
-Japanese Excel, GBK and Big5 pages, Windows-1251 Russian notes, Latin-2 Czech ones.
+Japanese Excel, GBK and Big5 pages, Windows-1251 Russian notes, Latin-2 Polish ones.
 Reading such a file as cp1252 indexes mojibake no search will ever match, and refusing
 it loses the document, so the guess goes BOM, UTF-8, the charset the text declares,
 then a statistical guess (charset-normalizer) where it has evidence, and cp1252 last.
@@ -106,9 +106,10 @@ def decode_text(
     never decodes other text by accident, so it wins over a page's mislabelled
     ``charset=iso-8859-1``); the charset the text declares in its first 2 KiB (an
     HTML ``<meta>`` or an XML declaration; a UTF-16 label without a BOM is ignored, as
-    browsers do); charset-normalizer's guess when it recognised a language in the
-    decoded text; cp1252, which decodes nearly any bytes; and, for a short text whose
-    bytes cp1252 cannot decode, the guess without a language. Every candidate but a
+    browsers do); charset-normalizer's guess when it has evidence (a language in the
+    decoded words, or clean CJK multi-byte sequences); cp1252, which decodes nearly any
+    bytes; and, for a short text whose bytes cp1252 cannot decode, the guess without
+    evidence. Every candidate but a
     BOM's is believed only if at most 1 % of what it decodes is control characters.
 
     Args:
@@ -137,8 +138,10 @@ def decode_text(
         decoded = _believable(_decode_with(data, guessed, final=final), count_nul)
         if decoded is not None:
             return decoded
+    if guessed == "cp1252" and has_language:
+        return None  # cp1252 was just tried, and nothing else fits better
     decoded = _believable(_decode_with(data, "cp1252", final=final), count_nul)
-    if decoded is None and guessed is not None:
+    if decoded is None and guessed not in (None, "cp1252"):
         decoded = _believable(_decode_with(data, guessed, final=final), count_nul)
     return decoded
 
@@ -193,12 +196,12 @@ def _believable(decoded: tuple[str, str] | None, count_nul: bool) -> tuple[str, 
 
 
 def _guess(data: bytes, *, final: bool) -> tuple[str | None, bool]:
-    """charset-normalizer's encoding for ``data`` and whether it recognised a language
-    in the result; (None, False) when it finds none or is not installed."""
+    """charset-normalizer's encoding for ``data`` and whether it has evidence for it;
+    (None, False) when it finds none or is not installed."""
     try:
         from charset_normalizer import from_bytes
         from charset_normalizer.utils import is_multi_byte_encoding
-    except ImportError:  # an optional speed-up of the guess, not of correctness
+    except ImportError:  # a declared dependency; without it, cp1252 as before it came
         return None, False
     sample = data[:GUESS_SAMPLE_BYTES]
     if len(sample) < len(data) or not final:

@@ -1,4 +1,4 @@
-"""Plain text and Markdown: decoded by :func:`core.ingest.sniffing.decode_text`, one
+"""Plain text and Markdown: decoded by :func:`core.ingest.text_encoding.decode_text`, one
 section, chunked as prose. Our own code on a string, so small documents are parsed in
 the worker itself."""
 
