@@ -5,9 +5,10 @@ real files (:mod:`bench.formats_corpus`: real when a corpus folder is present, e
 generated; the report says which) goes
 
 * through **one worker**: an in-process :class:`core.ingest.worker.Worker` as
-  ``ingestdesk worker`` builds it (concurrency 2, one real parser process, a real
-  SQLite ledger file copied fresh for each round, the hashing embedder, the search
-  index) draining the ledger, and
+  ``ingestdesk worker`` builds it (concurrency 2, its default parser processes: one
+  per CPU up to the concurrency; a real SQLite ledger file copied fresh for each
+  round, ``ingestdesk worker``'s default embedder, the search index) draining the
+  ledger, and
 * through **the bare library** in this one process: the cheapest text walk the
   format's library offers (python-docx paragraphs and table cells, python-pptx shapes'
   text frames, tables and notes, openpyxl read-only rows, the standard library's
@@ -354,11 +355,11 @@ class FormatResult:
 async def measure_all(
     corpora: list[tuple[Spec, FormatCorpus]], plan: FormatsPlan, workdir: Path
 ) -> list[FormatResult]:
-    from core.ingest.parse_pool import ParserPool
+    from core.ingest.parse_pool import ParserPool, default_parsers
 
     store = workdir / "objects"
     results = []
-    async with ParserPool(workers=1) as pool:
+    async with ParserPool(workers=default_parsers(WORKER_CONCURRENCY)) as pool:
         for spec, corpus in corpora:
             n = len(corpus.files) // 2
             templates = {}
@@ -396,6 +397,13 @@ async def measure_all(
             )
             results.append(result)
     return results
+
+
+def parsers_label() -> str:
+    from core.ingest.parse_pool import default_parsers
+
+    n = default_parsers(WORKER_CONCURRENCY)
+    return "one parser process" if n == 1 else f"{n} parser processes"
 
 
 def ceiling(result: FormatResult, fixed_s: float) -> float:
@@ -488,7 +496,7 @@ def run_formats(
     print(flush=True)
     print_table(
         f"formats in steady state: one worker (in-process Worker, concurrency "
-        f"{WORKER_CONCURRENCY}, one parser process, SQLite ledger, "
+        f"{WORKER_CONCURRENCY}, {parsers_label()}, SQLite ledger, "
         f"{embedder_label(plan.embedder)}) against "
         f"the bare library in this process, at N and 2N documents; best of {plan.rounds} "
         "alternating rounds each side and size"

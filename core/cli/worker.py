@@ -91,8 +91,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parsers",
         type=whole_number(1, MAX_PARSERS),
-        default=1,
-        help="parser processes (default 1, one core's worth)",
+        help="parser processes (default: one per CPU, at most --concurrency; they start "
+        "as tasks need them)",
     )
     parser.add_argument(
         "--worker-id",
@@ -294,6 +294,18 @@ def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
     return PipelineOptions(**given)
 
 
+def parser_processes(args: argparse.Namespace) -> int:
+    """How many parser processes the worker's pool may run: ``--parsers``, or one per
+    CPU (:func:`core.ingest.parse_pool.default_parsers`); never more than the tasks in
+    flight, which could not use them."""
+    from core.ingest.parse_pool import default_parsers
+
+    concurrency: int = args.concurrency
+    if args.parsers is None:
+        return default_parsers(concurrency)
+    return max(1, min(int(args.parsers), concurrency))
+
+
 def start_parser_early(args: argparse.Namespace) -> ParserPool | None:
     """The parser pool of a ``--loop`` or ``--until-idle`` worker, its first process
     already starting; None for a single-task run (it may miss its claim and then
@@ -302,7 +314,7 @@ def start_parser_early(args: argparse.Namespace) -> ParserPool | None:
         return None
     from core.ingest.parse_pool import ParserPool
 
-    pool = ParserPool(workers=min(args.parsers, args.concurrency))
+    pool = ParserPool(workers=parser_processes(args))
     pool.prestart()
     return pool
 
@@ -344,7 +356,7 @@ async def run_worker_command(
     if pool is None:
         from core.ingest.parse_pool import ParserPool
 
-        pool = ParserPool(workers=max(1, min(args.parsers, args.concurrency)))
+        pool = ParserPool(workers=parser_processes(args))
     try:
         return await _run(settings, args, out, pool)
     finally:

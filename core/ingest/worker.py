@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from core.errors import LedgerUnreachable, error_detail_of
 from core.ingest.embedder import Embedder, HashingEmbedder
 from core.ingest.outage import LedgerOutage, log_failure
-from core.ingest.parse_pool import ParserPool
+from core.ingest.parse_pool import ParserPool, default_parsers
 from core.ingest.pipeline import PARSER_UNAVAILABLE, Outcome, Pipeline, PipelineOptions
 from core.ingest.providers import RemoteProvider
 from core.ingest.reconcile import reconcile_with
@@ -98,9 +98,9 @@ class Worker:
         self.concurrency = concurrency
         self.lease_s = ledger.settings.lease_s if lease_s is None else lease_s
         self._own_pool = pool is None
-        # With more tasks in flight than parser processes, the next document is
-        # parsed while the last one is embedded and indexed.
-        self.pool = pool if pool is not None else ParserPool(workers=parsers or concurrency)
+        if pool is None:
+            pool = ParserPool(workers=parsers or default_parsers(concurrency))
+        self.pool = pool
         self.pipeline = Pipeline(
             ledger,
             ledger.operator.store,
