@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -267,11 +268,45 @@ def test_normalising_before_the_tokenizer_gives_its_own_tokens(
     # an added token's text takes the tokenizer's own path).
     plain = [t for t in texts if not any(token in t for token in model.added)]
     assert len(plain) < len(texts)
-    fast = wordllama_embedder._encode(model, plain)
     by_text = {t: e.ids for t, e in zip(texts, own, strict=True)}
-    assert [e.ids for e in fast] == [by_text[t] for t in plain]
+    model.words.clear()
+    assert wordllama_embedder._token_ids(model, plain) == [by_text[t] for t in plain]
+    assert model.words  # remembered: the same call again reads them from the cache
+    assert wordllama_embedder._token_ids(model, plain) == [by_text[t] for t in plain]
     for text in texts:
-        assert [e.ids for e in wordllama_embedder._encode(model, [text])] == [by_text[text]]
+        assert wordllama_embedder._token_ids(model, [text]) == [by_text[text]]
+
+
+def random_texts(count: int, seed: int) -> list[str]:
+    """Strings made to break a word-by-word tokenisation: runs of spaces and of the
+    word mark, other whitespace, scripts without spaces, bytes the vocabulary lacks."""
+    alphabet = [*"  \u2581\u2581abcdeéßü日本語の文字\n\t.,;0123!?-ﬁ", "\u200b", "🙂", "\x00"]
+    rng = random.Random(seed)
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80))) for _ in range(count)]
+
+
+def test_word_by_word_tokens_are_the_whole_texts_tokens(embedder: WordLlamaEmbedder) -> None:
+    model = wordllama_embedder._model(embedder.dimensions)
+    texts = random_texts(20_000, seed=20)
+    own = [e.ids for e in model.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+    model.words.clear()
+    assert wordllama_embedder._token_ids(model, texts) == own
+
+
+def test_a_full_word_cache_starts_again(
+    embedder: WordLlamaEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = wordllama_embedder._model(embedder.dimensions)
+    monkeypatch.setattr(wordllama_embedder, "WORD_CACHE_MAX", 50)
+    texts = real_chunks()[:40]
+    own = [e.ids for e in model.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+    model.words.clear()
+    for text in texts:
+        assert wordllama_embedder._token_ids(model, [text]) == [own[texts.index(text)]]
+        assert len(model.words) <= 50 + len(text.split())
+    vectors = embedder.embed_now(texts)
+    model.words.clear()
+    assert embedder.embed_now(texts) == vectors  # the same bytes, cache or none
 
 
 @pytest.mark.parametrize("dimensions", [d for d in DIMENSIONS if d != 256])
