@@ -85,8 +85,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--concurrency",
         type=whole_number(1, MAX_CONCURRENCY),
         default=2,
-        help="tasks in flight at once (default 2: the next is parsed while the last is "
-        "indexed; doubled while tasks take under 20 ms)",
+        help="tasks in flight at once (default 2: two are parsed side by side, or the next "
+        "while the last is indexed; doubled while tasks take under 20 ms)",
     )
     parser.add_argument(
         "--parsers",
