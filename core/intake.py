@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -49,6 +50,15 @@ _KINDS = (
 )
 
 
+@dataclass(frozen=True)
+class OverLimit:
+    """A regular file over the upload limit, left unread (or read no further): its
+    content is refused, as :func:`check_upload` refuses an oversized upload, while the
+    path itself was fine. ``reason`` says so without naming the file."""
+
+    reason: str
+
+
 def display_name(name: str) -> str:
     """Neutralise a user-supplied filename into display text.
 
@@ -63,7 +73,17 @@ def display_name(name: str) -> str:
 
 def read_upload(path: Path, max_bytes: int) -> bytes:
     """Read a regular file meant for upload, at most ``max_bytes``; every way it can be
-    wrong (missing, a folder, a FIFO or device, unreadable, too big) is BadInput.
+    wrong (missing, a folder, a FIFO or device, unreadable, too big) is BadInput."""
+    data = read_upload_within(path, max_bytes)
+    if isinstance(data, OverLimit):
+        raise BadInput(f"{visible(str(path))}: {data.reason}")
+    return data
+
+
+def read_upload_within(path: Path, max_bytes: int) -> bytes | OverLimit:
+    """:func:`read_upload`, but a regular file over ``max_bytes`` is answered (and
+    left unread) rather than refused: a batch that skips refused content tells a
+    file too big, which is skipped, from a path that is wrong, which refuses it.
 
     The file type is checked with ``stat`` before opening (opening a FIFO blocks until
     a writer appears), and again on the open descriptor in case the path was swapped
@@ -78,7 +98,7 @@ def read_upload(path: Path, max_bytes: int) -> bytes:
         raise BadInput(f"{shown}: cannot read ({_why(exc)})") from exc
     _check_regular(info.st_mode, shown)
     if info.st_size > max_bytes:
-        raise BadInput(_over_limit(shown, info.st_size, max_bytes))
+        return OverLimit(_over_limit_reason(info.st_size, max_bytes))
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
@@ -87,7 +107,7 @@ def read_upload(path: Path, max_bytes: int) -> bytes:
         _check_regular(os.fstat(fd).st_mode, shown)
         with os.fdopen(fd, "rb") as fh:
             fd = -1  # the file object owns it now
-            return _read_capped(fh, max_bytes, shown)
+            return _read_at_most(fh, max_bytes, shown)
     except OSError as exc:
         raise BadInput(f"{shown}: cannot read ({_why(exc)})") from exc
     finally:
@@ -120,45 +140,61 @@ def read_stream(stream: BinaryIO | None, max_bytes: int, name: str) -> bytes:
 def check_upload(data: Original, name: str, max_bytes: int) -> DocumentKind:
     """Judge an upload without writing anything (or, for one received as a stream and
     already stored, by its size and first bytes): its kind, or BadInput saying why not."""
+    judged = judge_upload(data, name, max_bytes)
+    if not isinstance(judged, DocumentKind):  # a str enum: test the kind, not str
+        raise BadInput(f"{display_name(name)}: {judged}")
+    return judged
+
+
+def judge_upload(data: Original, name: str, max_bytes: int) -> DocumentKind | str:
+    """:func:`check_upload`'s judgement: the upload's kind, or why its content is
+    refused (empty, over the limit, unsupported), a reason that does not name it."""
     size, head = (data.size, data.head) if isinstance(data, StoredObject) else (len(data), data)
     if not size:
-        raise BadInput(f"{display_name(name)}: the file is empty (0 bytes)")
+        return "the file is empty (0 bytes)"
     if size > max_bytes:
-        raise BadInput(_over_limit(display_name(name), size, max_bytes))
+        return _over_limit_reason(size, max_bytes)
     # A stored object's head is the first HEAD_BYTES, all that sniffing reads.
     kind = sniff_kind(head, name)
     if kind is None:
         misnamed = kind_misnamed_pdf(head, name)
         if misnamed is not None:
-            raise BadInput(_misnamed_pdf(display_name(name), misnamed))
-        raise BadInput(
-            f"{display_name(name)}: unsupported file type (judged by content); "
+            return _misnamed_pdf(misnamed)
+        return (
+            "unsupported file type (judged by content); "
             "ingestdesk takes PDF, DOCX, PPTX, XLSX, HTML, EPUB, CSV, Markdown, plain "
             "text and PNG, JPEG or TIFF images (ingestdesk formats lists them)"
         )
     return kind
 
 
-def _misnamed_pdf(shown: str, kind: DocumentKind) -> str:
-    """The refusal of a ``.pdf`` whose content is another format: what it is, and the
+def _misnamed_pdf(kind: DocumentKind) -> str:
+    """Why a ``.pdf`` whose content is another format is refused: what it is, and the
     name under which it would be accepted."""
     # A kind without a phrase here (one added later) is still named, by its value:
     # judged by content, it is let in under any name but .pdf.
     what, suffix = _CONTENT_NAMES.get(kind, (f"{kind.value.upper()} content", f".{kind.value}"))
     return (
-        f"{shown}: not a PDF: the content is {what}, but the name says .pdf; "
+        f"not a PDF: the content is {what}, but the name says .pdf; "
         f"rename it to {suffix} to upload it"
     )
 
 
 def _read_capped(stream: BinaryIO, max_bytes: int, shown: str) -> bytes:
+    data = _read_at_most(stream, max_bytes, shown)
+    if isinstance(data, OverLimit):
+        raise BadInput(f"{shown}: {data.reason}")
+    return data
+
+
+def _read_at_most(stream: BinaryIO, max_bytes: int, shown: str) -> bytes | OverLimit:
     # One byte over the cap is enough to know it is too big; reading on would let a
     # source without end (a device, a pipe from /dev/urandom) fill memory.
     data: bytes | None = stream.read(max_bytes + 1)
     if data is None:  # a non-blocking stream with nothing ready: not an empty upload
         raise BadInput(f"{shown}: nothing to read yet (the stream is non-blocking)")
     if len(data) > max_bytes:
-        raise BadInput(_over_limit(shown, None, max_bytes))
+        return OverLimit(_over_limit_reason(None, max_bytes))
     return bytes(data)
 
 
@@ -173,10 +209,10 @@ def _check_regular(mode: int, shown: str) -> None:
     )
 
 
-def _over_limit(shown: str, size: int | None, max_bytes: int) -> str:
+def _over_limit_reason(size: int | None, max_bytes: int) -> str:
     if size is None:  # a capped read stopped one byte past the limit
-        return f"{shown}: more than {max_bytes} bytes, over the upload limit (read no further)"
-    return f"{shown}: {size} bytes is over the upload limit of {max_bytes} bytes"
+        return f"more than {max_bytes} bytes, over the upload limit (read no further)"
+    return f"{size} bytes is over the upload limit of {max_bytes} bytes"
 
 
 def _why(exc: BaseException) -> str:
