@@ -6,6 +6,10 @@ before anything is written; then :meth:`~core.ledger.Operator.add_many` stores t
 originals and records the whole batch in one transaction. A Ctrl-C at any point
 therefore leaves either the whole batch or no document at all, and the one line it
 prints says which.
+
+With ``--skip-refused`` (a bulk load) the inputs whose content is refused are left
+out and reported (:mod:`core.cli.batch_inputs`); the rest is still one batch, all
+or nothing, as above.
 """
 
 from __future__ import annotations
@@ -14,14 +18,23 @@ import argparse
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
+from core.cli.batch_inputs import (
+    Inputs,
+    Skipped,
+    check_skip_refused,
+    judge_inputs,
+    read_inputs,
+    read_stdin_first,
+    skips_refused,
+)
 from core.cli.command import Command, Runner
 from core.cli.options import settings_from_args
-from core.cli.output import EXIT_OK, Interrupted, Output
+from core.cli.output import EXIT_OK, Interrupted, Output, write_line
 from core.config import Settings
 from core.errors import BadInput, IngestDeskError, NotFound
+from core.safe_text import visible
 
 if TYPE_CHECKING:
     from core.ledger import DocumentView, Ledger, TaskView
@@ -52,98 +65,6 @@ class IssuedIds:
         return value
 
 
-def _stdin() -> BinaryIO | None:
-    """stdin's bytes; None when the process has no stdin (started with ``<&-``)."""
-    buffer: BinaryIO | None = getattr(sys.stdin, "buffer", None)
-    return buffer
-
-
-def read_stdin_first(args: argparse.Namespace, max_bytes: int) -> bytes | None:
-    """The upload from stdin (``FILE`` is ``-``), read now, in the main thread; None
-    when stdin is not an input.
-
-    stdin can block for ever (a terminal, a pipe whose writer is silent). Read here, a
-    Ctrl-C interrupts the read itself; read in a worker thread, it could not be
-    stopped, and the process would wait for that thread before it could exit.
-    """
-    if args.files != ["-"] or not args.name:
-        return None  # no stdin input, or one read_inputs refuses without reading
-    from core.intake import read_stream
-
-    return read_stream(_stdin(), max_bytes, args.name)
-
-
-def read_inputs(
-    args: argparse.Namespace,
-    max_bytes: int,
-    stop: threading.Event | None = None,
-    stdin: bytes | None = None,
-) -> list[tuple[bytes, str]]:
-    """Read every input of ``upload``/``add``, each capped at ``max_bytes``, naming
-    every bad one on one line (BadInput) before anything is written.
-
-    Args:
-        args: The parsed command: ``files`` (``-`` is stdin) and ``name``.
-        max_bytes: The upload limit.
-        stop: Set when the command is interrupted: reading stops at the next file
-            (this runs in a thread, which a Ctrl-C cannot cancel).
-        stdin: What :func:`read_stdin_first` read; None reads stdin here.
-    """
-    files: list[str] = args.files
-    if args.name and len(files) != 1:
-        raise BadInput("--name applies to exactly one file")
-    from core.intake import read_stream, read_upload
-
-    inputs: list[tuple[bytes, str]] = []
-    problems: list[str] = []
-    for f in files:
-        if stop is not None and stop.is_set():
-            break
-        try:
-            if f == "-":
-                if not args.name:
-                    raise BadInput("reading from stdin ('-') needs --name NAME")
-                data = read_stream(_stdin(), max_bytes, args.name) if stdin is None else stdin
-                inputs.append((data, args.name))
-            elif not f:
-                # Path("") is ".", which would be refused as "is a directory".
-                raise BadInput("'': an empty path names no file")
-            else:
-                inputs.append((read_upload(Path(f), max_bytes), args.name or Path(f).name))
-        except BadInput as exc:
-            problems.append(exc.message)
-    if problems:
-        raise BadInput("; ".join(problems))
-    return inputs
-
-
-def judge_inputs(
-    inputs: list[tuple[bytes, str]], max_bytes: int, idempotency_key: str | None
-) -> None:
-    """Refuse the batch now, as the ledger would once it is open: each input's content
-    (one line naming every bad one) and the idempotency key's form.
-
-    Raises:
-        BadInput: An empty, oversized or unsupported input; a key that is not
-            usable, or given with more than one file.
-    """
-    from core.intake import check_upload
-    from core.ledger.idempotency import check_key
-
-    problems: list[str] = []
-    for data, name in inputs:
-        try:
-            check_upload(data, name, max_bytes)
-        except BadInput as exc:
-            problems.append(exc.message)
-    if problems:
-        raise BadInput("; ".join(problems))
-    if idempotency_key is not None:
-        if len(inputs) != 1:
-            raise BadInput("--idempotency-key names one request: give exactly one file")
-        check_key(idempotency_key)
-
-
 def batch_runner(*, submit: bool) -> Runner:
     """The runner of ``upload`` (``submit=False``) or ``add`` (``submit=True``)."""
 
@@ -153,15 +74,15 @@ def batch_runner(*, submit: bool) -> Runner:
         import asyncio
 
         check_replaces(args)
+        check_skip_refused(args)
         settings = settings_from_args(args)
         stdin = read_stdin_first(args, settings.max_upload_bytes)
         ids = IssuedIds(_new_id)
         try:
-            asyncio.run(_add_batch(settings, args, out, ids, stdin, submit=submit))
+            return asyncio.run(_add_batch(settings, args, out, ids, stdin, submit=submit))
         except KeyboardInterrupt:
             # A second Ctrl-C (the first is a cancellation, answered in _add_batch).
             raise Interrupted(UNSURE if ids.issued else NOTHING_ADDED) from None
-        return EXIT_OK
 
     return run
 
@@ -201,12 +122,12 @@ async def _add_batch(
     stdin: bytes | None,
     *,
     submit: bool,
-) -> None:
+) -> int:
     from core.store import track_created
 
     # The originals this batch stores new: the only ones it may take back.
     with track_created() as stored_new:
-        await _add_tracked(settings, args, out, ids, stdin, stored_new, submit=submit)
+        return await _add_tracked(settings, args, out, ids, stdin, stored_new, submit=submit)
 
 
 async def _add_tracked(
@@ -218,13 +139,14 @@ async def _add_tracked(
     stored_new: list[str],
     *,
     submit: bool,
-) -> None:
+) -> int:
     import asyncio
 
     from core.ledger import Ledger
 
     stop = threading.Event()
     ledger: Ledger | None = None
+    inputs = Inputs([])
     try:
         replaces: str | None = getattr(args, "replaces", None)
         if replaces is None:
@@ -234,7 +156,11 @@ async def _add_tracked(
             inputs = await asyncio.to_thread(
                 read_inputs, args, settings.max_upload_bytes, stop, stdin
             )
-            judge_inputs(inputs, settings.max_upload_bytes, args.idempotency_key)
+            judge_inputs(inputs.batch, settings.max_upload_bytes, args.idempotency_key)
+            if not inputs.batch:
+                # Only --skip-refused leaves an empty batch (FILE is required): every
+                # input was refused, and, as for a refused batch, no ledger is opened.
+                return _answer_all_skipped(out, inputs.skipped)
             ledger = await Ledger.open(settings, ids=ids)
         else:
             # A new version needs its document in an existing ledger: a mistyped --db
@@ -249,19 +175,19 @@ async def _add_tracked(
         replayed = False
         added: list[tuple[DocumentView, TaskView | None]]
         if replaces is not None:
-            [(data, name)] = inputs
+            [(data, name)] = inputs.batch
             version = await ledger.versions.replace(replaces, data, name, actor=args.actor)
             added = [(version, None)]
         elif args.idempotency_key is not None:
-            if len(inputs) != 1:
+            if len(inputs.batch) != 1:
                 raise BadInput("--idempotency-key names one request: give exactly one file")
-            [(data, name)] = inputs
+            [(data, name)] = inputs.batch
             once = await ledger.operator.add_once(
                 data, name, key=args.idempotency_key, submit=submit, actor=args.actor
             )
             added, replayed = [once.value], once.replayed
         else:
-            added = await ledger.operator.add_many(inputs, submit=submit, actor=args.actor)
+            added = await ledger.operator.add_many(inputs.batch, submit=submit, actor=args.actor)
     except asyncio.CancelledError:
         # Ctrl-C: asyncio.run turns the first SIGINT into this cancellation.
         stop.set()
@@ -270,7 +196,8 @@ async def _add_tracked(
             # Closing waits for a transaction already handed to the database.
             await ledger.close()
             ledger = None
-        raise Interrupted(await _what_was_left(settings, ids, args, created)) from None
+        left = await _what_was_left(settings, ids, args, created, len(inputs.batch))
+        raise Interrupted(left) from None
     except IngestDeskError:
         # Refused after the originals were stored (an idempotency key used for other
         # content, a version refused while another is processing): take back what
@@ -281,15 +208,21 @@ async def _add_tracked(
     finally:
         if ledger is not None:
             await ledger.close()
-    _answer(out, added, submit=submit, replayed=replayed)
+    _answer(out, added, submit=submit, replayed=replayed, skipped=_skipped_of(args, inputs))
+    return EXIT_OK
 
 
 async def _what_was_left(
-    settings: Settings, ids: IssuedIds, args: argparse.Namespace, created: list[str]
+    settings: Settings,
+    ids: IssuedIds,
+    args: argparse.Namespace,
+    created: list[str],
+    batch_size: int,
 ) -> str:
     """What an interrupted batch left: nothing, or (interrupted during its commit)
-    the whole batch (for ``--replaces``, the new version). The originals it stored
-    that nothing references are removed (see :meth:`core.ledger.Ledger.take_back`)."""
+    the whole batch of ``batch_size`` documents (for ``--replaces``, the new
+    version). The originals it stored that nothing references are removed (see
+    :meth:`core.ledger.Ledger.take_back`)."""
     if not ids.issued and not created:
         return NOTHING_ADDED
     from core.ledger import Ledger
@@ -310,7 +243,7 @@ async def _what_was_left(
             f"(`ingestdesk document {args.replaces}` lists it)"
         )
     return (
-        f"interrupted too late: the whole batch was already recorded ({len(args.files)} "
+        f"interrupted too late: the whole batch was already recorded ({batch_size} "
         "documents added; `ingestdesk documents` lists them)"
     )
 
@@ -325,17 +258,28 @@ async def _exists(ledger: Ledger, record_id: str) -> bool:
     return False
 
 
+def _skipped_of(args: argparse.Namespace, inputs: Inputs) -> list[Skipped] | None:
+    return inputs.skipped if skips_refused(args) else None
+
+
 def _answer(
     out: Output,
     added: list[tuple[DocumentView, TaskView | None]],
     *,
     submit: bool,
     replayed: bool = False,
+    skipped: list[Skipped] | None = None,
 ) -> None:
+    """Print what the batch added: under ``--json`` the list of documents (``upload``)
+    or tasks (``add``), as it always was; with ``--skip-refused`` (``skipped`` not
+    None) that list is ``added`` in an object beside ``skipped``, and each skipped
+    input is also one ``skipped FILE: reason`` line on stderr in text mode."""
     # A repeated request (same idempotency key) answers what the first one did.
     again = " (already done under this idempotency key; nothing new)" if replayed else ""
     if not submit:
-        out.emit(
+        _emit(
+            out,
+            skipped,
             [d.to_dict() for d, _ in added],
             [
                 f"uploaded document={d.document_id} kind={d.kind.value} name={d.filename}{again}"
@@ -351,7 +295,9 @@ def _answer(
         )
         return
     tasks = [(d, t) for d, t in added if t is not None]
-    out.emit(
+    _emit(
+        out,
+        skipped,
         [t.to_dict() for _, t in tasks],
         [
             f"submitted task={t.task_id} document={t.document_id} name={d.filename}{again}"
@@ -360,10 +306,54 @@ def _answer(
     )
 
 
+def _emit(
+    out: Output, skipped: list[Skipped] | None, added: list[dict[str, object]], lines: list[str]
+) -> None:
+    # Without --skip-refused the JSON stays the bare list existing scripts read; the
+    # flag is what asks for the object, so no consumer sees its shape change.
+    if skipped is None:
+        out.emit(added, lines)
+        return
+    out.emit({"added": added, "skipped": [s.to_dict() for s in skipped]}, lines)
+    _report_skipped(out, skipped)
+
+
+def _answer_all_skipped(out: Output, skipped: list[Skipped]) -> int:
+    """Every input was refused under ``--skip-refused``: bad input (exit 2), as a
+    refused batch is, with the skipped inputs reported as when some were added and,
+    under ``--json``, the ``error`` every refusal carries beside them."""
+    refused = BadInput(f"nothing was added: every input was refused ({len(skipped)} skipped)")
+    if out.as_json:
+        error = {"kind": type(refused).__name__, "message": refused.message}
+        out.emit({"added": [], "skipped": [s.to_dict() for s in skipped], "error": error}, [])
+        return refused.exit_code
+    _report_skipped(out, skipped)
+    return out.error(refused)
+
+
+def _report_skipped(out: Output, skipped: list[Skipped]) -> None:
+    """One ``skipped FILE: reason`` line on stderr per skipped input (text mode: the
+    JSON answer holds them), so stdout keeps only what was added."""
+    if out.as_json:
+        return
+    for s in skipped:
+        write_line(visible(f"skipped {s.file}: {s.reason}"), sys.stderr)
+
+
 def _files(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="a path, or - for stdin")
     parser.add_argument("--name", help="display name (required with -)")
     idempotency_argument(parser)
+    parser.add_argument(
+        "--skip-refused",
+        action="store_true",
+        help="for a bulk load: leave out each file whose content is refused (empty, over "
+        "the upload limit, of no accepted type), add the rest, and report each one left "
+        "out (`skipped FILE: reason` on stderr; under --json the answer becomes "
+        '{"added": [...], "skipped": [{"file", "name", "reason"}, ...]}); a missing or '
+        "unreadable path still refuses the whole batch. Exit 0 when anything was added, "
+        "2 when every file was skipped (nothing is written). Not with --idempotency-key",
+    )
 
 
 def idempotency_argument(parser: argparse.ArgumentParser) -> None:
