@@ -10,6 +10,24 @@ from pathlib import Path
 
 # What each revision added, as the statements that take it back.
 UNDO: dict[str, tuple[str, ...]] = {
+    "0018": (
+        "DROP TRIGGER chunks_fts_update",
+        "DROP TRIGGER chunks_fts_delete",
+        "DROP TABLE chunks_fts",
+        "DROP VIEW chunks_fts_content",
+        "ALTER TABLE chunks DROP COLUMN search_text",
+        # 0002's index of the text as written, with its triggers (0008 dropped the
+        # insert trigger), filled again.
+        "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', content_rowid='id')",
+        "CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN"
+        " INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);"
+        " END",
+        "CREATE TRIGGER chunks_fts_update AFTER UPDATE OF text ON chunks BEGIN"
+        " INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);"
+        " INSERT INTO chunks_fts(rowid, text) VALUES (new.id, new.text);"
+        " END",
+        "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')",
+    ),
     "0017": (
         "DROP TRIGGER documents_name_index_insert",
         "DROP TRIGGER documents_name_index_delete",

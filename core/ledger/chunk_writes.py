@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from core.ledger.indexes import insert_vectors
+from core.ledger.segment import search_text
 from core.ledger.statements import INDEX_CHUNKS, INSERT_CHUNKS, drop_chunks
 from core.ledger.views import ChunkRecord
 
@@ -35,6 +36,7 @@ def replace_chunks(
                     "char_start": c.char_start,
                     "char_end": c.char_end,
                     "location": c.location,
+                    "search_text": search_text(c.text),
                 }
                 for c in chunks
             ],

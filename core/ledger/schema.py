@@ -227,6 +227,10 @@ CHUNKS = Table(
     # whether it is its notes, a sheet's rows, a heading path), as JSON; NULL when the
     # page says it all. See core.ingest.chunker.Location.
     Column("location", Text, nullable=True),
+    # What keyword search indexes instead of text where text holds Chinese, Japanese
+    # or Korean: text with each such character between spaces (core.ledger.segment);
+    # NULL where there is nothing to segment, and the index reads text (0018).
+    Column("search_text", Text, nullable=True),
     UniqueConstraint("document_id", "ordinal"),
 )
 

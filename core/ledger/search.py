@@ -16,8 +16,10 @@ holding ``HR-120`` and, elsewhere, ``121`` does not hold ``HR-121``. (PostgreSQL
 parser reads ``HR-121`` as ``hr`` and the integer ``-121``: a number in a query
 matches both spellings.)
 
-Text in scripts written without spaces (Chinese, Japanese) is one word per run on
-both backends: ``東京`` does not find ``東京都は日本の首都です``.
+Chinese, Japanese and Korean text is indexed a character a token on both backends
+(:mod:`core.ledger.segment`, migration 0018), and a query's word in those scripts is
+the phrase of its characters: ``東京`` finds ``東京都は日本の首都です`` and not
+``東の京``. Snippets are cut from the segmented text and shown as written.
 
 Only published rows are searched; at most one version of a document is published
 at a time (see :mod:`core.ledger.versions`), so one statement, reading one snapshot,
@@ -34,6 +36,7 @@ from sqlalchemy.engine import Connection
 
 from core.errors import BadInput
 from core.ledger.schema import CHUNKS, DOCUMENTS
+from core.ledger.segment import phrase_marks, query_tokens, unsegment
 from core.ledger.views import SearchHit, chunk_place
 from core.states import DocumentStatus
 
@@ -78,6 +81,13 @@ def query_terms(query: str) -> list[list[str]]:
     return [query_words(term) for term in _TERM.findall(query)]
 
 
+def index_terms(terms: list[list[str]]) -> list[list[str]]:
+    """``terms`` as the tokens the index holds: a word in a script written without
+    spaces becomes its characters, adjacent and in order (``文字コード`` -> ``文 字
+    コ ー ド``); other words stay as they are."""
+    return [[token for word in term for token in query_tokens(word)] for term in terms]
+
+
 def pg_tsquery_text(terms: list[list[str]], *, any_word: bool) -> str:
     """``to_tsquery`` text for ``terms``. PostgreSQL's parser reads ``HR-121`` as the
     word ``hr`` and the signed integer ``-121``, so a number in a query matches
@@ -108,7 +118,10 @@ def pg_tsquery(terms: list[list[str]], *, any_word: bool) -> ColumnElement[Any]:
 
 def pg_headline(tsquery: ColumnElement[Any]) -> ColumnElement[Any]:
     options = f"StartSel={MARK_START}, StopSel={MARK_END}, MaxWords={SNIPPET_WORDS + 4}, MinWords=6"
-    return func.ts_headline(pg_config(), CHUNKS.c.text, tsquery, options).label("snippet")
+    # Marked in what was indexed (the words must be cut as the query's were), shown
+    # as written (unsegment).
+    indexed = func.coalesce(CHUNKS.c.search_text, CHUNKS.c.text)
+    return func.ts_headline(pg_config(), indexed, tsquery, options).label("snippet")
 
 
 def fts_query(terms: list[list[str]], *, any_word: bool) -> str:
@@ -217,19 +230,20 @@ def snippets_of(
         stmt = select(CHUNKS.c.id, pg_headline(pg_tsquery(terms, any_word=any_word))).where(
             CHUNKS.c.id.in_(chunk_ids)
         )
-        return {r.id: r.snippet for r in conn.execute(stmt)}
+        return {r.id: unsegment(phrase_marks(r.snippet, terms)) for r in conn.execute(stmt)}
     stmt_text = text(
         f"SELECT rowid, snippet(chunks_fts, 0, '{MARK_START}', '{MARK_END}', '…',"
         f" {SNIPPET_WORDS}) FROM chunks_fts WHERE chunks_fts MATCH :q"
         f" AND rowid IN ({', '.join(str(int(i)) for i in chunk_ids)})"
     )
     match = fts_query(terms, any_word=any_word)
-    return {int(r[0]): str(r[1]) for r in conn.execute(stmt_text, {"q": match})}
+    return {int(r[0]): unsegment(str(r[1])) for r in conn.execute(stmt_text, {"q": match})}
 
 
 def _terms(query: str, any_word: bool) -> list[list[str]]:
     # The naive OR leg bench.search measures splits terms too: any word will do.
-    return [[w] for w in query_words(query)] if any_word else query_terms(query)
+    terms = [[w] for w in query_words(query)] if any_word else query_terms(query)
+    return index_terms(terms)
 
 
 def check_query(query: str, limit: int) -> list[str]:
@@ -303,7 +317,8 @@ def ranked_hits(
             snippets=snippets,
         )
         found = [
-            (r.id, float(r.score), r, r.snippet if snippets else "") for r in conn.execute(stmt)
+            (r.id, float(r.score), r, unsegment(phrase_marks(r.snippet, terms)) if snippets else "")
+            for r in conn.execute(stmt)
         ]
     else:
         match = fts_query(terms, any_word=any_word)

@@ -55,6 +55,7 @@ _CLASS = "".join(f"{low}-{high}" for low, high in CJK_RANGES)
 # point ranges of the characters themselves, no escapes).
 CJK_PATTERN = f"[{_CLASS}]"
 _CJK = re.compile(CJK_PATTERN)
+_CJK_RUN = re.compile(CJK_PATTERN + "+")
 # A snippet's marks (core.ledger.search.MARK_START, MARK_END) sit between a character
 # and the space segmentation put beside it.
 _MARK = re.escape("**")
@@ -71,7 +72,9 @@ def has_cjk(text: str) -> bool:
 
 def segment(text: str) -> str:
     """``text`` with a space before and after each CJK character (the rest as is)."""
-    return _CJK.sub(r" \g<0> ", text)
+    # A run at a time: 25 us for 300 characters of Japanese, against 123 us for a
+    # replacement a character.
+    return _CJK_RUN.sub(lambda run: " " + "  ".join(run.group()) + " ", text)
 
 
 def search_text(text: str) -> str | None:
@@ -95,3 +98,39 @@ def unsegment(snippet: str) -> str:
         return snippet
     joined = _SPACE_BEFORE.sub(r"\1", _SPACE_AFTER.sub(r"\1", snippet))
     return _MARKS_MET.sub("", joined)
+
+
+_WORD = re.compile(r"\*\*(\w+)\*\*|\w+")
+
+
+def phrase_marks(headline: str, terms: list[list[str]]) -> str:
+    """A PostgreSQL headline of segmented text with a CJK character's mark kept only
+    where the character is part of a whole term of the query (``terms`` as the index
+    holds them). ``ts_headline`` marks every word that is in the query, wherever it
+    is: for ``文字コード`` the ``文`` of ``文書`` too. Marks on other words are left as
+    PostgreSQL put them. Read before :func:`unsegment`."""
+    if not has_cjk(headline):
+        return headline
+    words = list(_WORD.finditer(headline))
+    covered: set[int] = set()
+    for term in terms:
+        if not any(has_cjk(token) for token in term):
+            continue
+        for at in range(len(words) - len(term) + 1):
+            if all(_same(words[at + k], token) for k, token in enumerate(term)):
+                covered.update(range(at, at + len(term)))
+    out, end = [], 0
+    for i, word in enumerate(words):
+        marked = word.group(1)
+        if marked is not None and has_cjk(marked) and i not in covered:
+            out.append(headline[end : word.start()] + marked)
+            end = word.end()
+    return "".join(out) + headline[end:]
+
+
+def _same(word: re.Match[str], token: str) -> bool:
+    # A CJK character is itself; another word matched the query where PostgreSQL
+    # marked it (its folding is the configuration's, not ours to redo).
+    if has_cjk(token):
+        return (word.group(1) or word.group(0)) == token
+    return word.group(1) is not None and not has_cjk(word.group(1))

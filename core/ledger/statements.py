@@ -353,11 +353,12 @@ INSERT_CHUNKS = Prepared(
 # savepoint, and each trigger run opens one, so a trigger made one index segment per
 # chunk (measured: 83 us a chunk through the trigger, 39 us with this one statement a
 # document; three quarters of the finish transaction on light PDF pages). Deleting
-# chunks still goes through chunks_fts_delete, which keeps the index exact.
+# chunks still goes through chunks_fts_delete, which keeps the index exact. It reads
+# what the index's content view (chunks_search, 0018) shows for the row.
 INDEX_CHUNKS = Prepared(
     text(
         "INSERT INTO chunks_fts(rowid, text) "
-        "SELECT id, text FROM chunks WHERE document_id = :p_document_id"
+        "SELECT id, coalesce(search_text, text) FROM chunks WHERE document_id = :p_document_id"
     )
 )
 INSERT_EVENTS = Prepared(
