@@ -354,7 +354,7 @@ INSERT_CHUNKS = Prepared(
 # chunk (measured: 83 us a chunk through the trigger, 39 us with this one statement a
 # document; three quarters of the finish transaction on light PDF pages). Deleting
 # chunks still goes through chunks_fts_delete, which keeps the index exact. It reads
-# what the index's content view (chunks_search, 0018) shows for the row.
+# what the index's content view (chunks_fts_content, 0018) shows for the row.
 INDEX_CHUNKS = Prepared(
     text(
         "INSERT INTO chunks_fts(rowid, text) "
