@@ -105,12 +105,16 @@ _LLAMA_NORMALIZER = {
         {"type": "Replace", "pattern": {"String": " "}, "content": _METASPACE},
     ],
 }
-# A normalised piece cut before every word mark that follows another character: a run
-# of word marks and what follows it up to the next such cut. BPE never merges across
-# such a cut, since no token of Llama's vocabulary holds a word mark after another
-# character (only runs of marks, "▁▁" to 16 of them, hold one inside; _prenormalised
-# checks the vocabulary), so tokenising each word alone gives the whole piece's tokens.
-_WORD = re.compile(f"{_METASPACE}*[^{_METASPACE}]+|{_METASPACE}+")
+# A normalised piece cut before every word mark that follows another character, and
+# around every run of line breaks and tabs: a run of word marks and what follows it up
+# to the next such cut. BPE never merges across such a cut, since no token of Llama's
+# vocabulary holds a word mark after another character (only runs of marks, "▁▁" to 16
+# of them, hold one inside) or a line break or tab at all (both are byte tokens):
+# _prenormalised checks the vocabulary. So tokenising each word alone gives the whole
+# piece's tokens, and text cut into lines does not make each line's last and next
+# line's first word one new word.
+_ISOLATED = "\n\t"  # characters no token holds: each is its own byte token
+_WORD = re.compile(f"[{_ISOLATED}]+|{_METASPACE}*[^{_METASPACE}{_ISOLATED}]+|{_METASPACE}+")
 
 
 @dataclass(frozen=True)
@@ -383,8 +387,8 @@ def _load(dimensions: int) -> _Model:
 def _prenormalised(tokenizer: Any) -> tuple[Any, tuple[str, ...]]:
     """A copy of ``tokenizer`` without its normaliser and the added tokens' texts, when
     its normaliser is Llama's, nothing splits the text before BPE and no token holds a
-    word mark after another character (so :func:`_token_ids` may normalise for it and
-    tokenise word by word); else ``(None, ())``."""
+    word mark after another character, a line break or a tab (so :func:`_token_ids`
+    may normalise for it and tokenise word by word, see _WORD); else ``(None, ())``."""
     import json
 
     from tokenizers import Tokenizer
@@ -394,7 +398,8 @@ def _prenormalised(tokenizer: Any) -> tuple[Any, tuple[str, ...]]:
         return None, ()
     vocabulary = config.get("model", {}).get("vocab", {})
     if config["model"].get("type") != "BPE" or any(
-        _METASPACE in token.lstrip(_METASPACE) for token in vocabulary
+        _METASPACE in token.lstrip(_METASPACE) or any(c in token for c in _ISOLATED)
+        for token in vocabulary
     ):
         return None, ()
     copy = Tokenizer.from_str(tokenizer.to_str())
