@@ -6,12 +6,7 @@ CLI and a worker process."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -21,10 +16,10 @@ from sqlalchemy.engine import Connection
 
 from core import Ledger, Settings, sqlite_url
 from core.ledger.segment import query_tokens, search_text, segment, unsegment
+from tests.core.test_formats_end_to_end import _cli
 from tests.core.test_search import published_text
 
 DATA = Path(__file__).parent / "data" / "formats"
-COMMAND_TIMEOUT_S = 300.0  # seconds; the worker ingests the batch
 
 JAPANESE = "この文書は文字コードについて説明します。"
 CHINESE = "北京是中华人民共和国的首都，也是全国的政治中心。"  # noqa: RUF001 (as written in Chinese)
@@ -172,21 +167,6 @@ def test_a_query_word_becomes_the_tokens_the_index_holds() -> None:
     assert query_tokens("Unicode文字") == ["Unicode", "文", "字"]
     assert query_tokens("서울에서") == ["서", "울", "에", "서"]
     assert query_tokens("café") == ["café"]
-
-
-def _cli(db_url: str, store: Path, *args: str) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INGESTDESK_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "core.cli", "--db", db_url, "--store", str(store), "--json", *args],
-        capture_output=True,
-        env=env,
-        input=b"",
-        timeout=COMMAND_TIMEOUT_S,
-        check=False,
-        cwd=store.parent,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    return json.loads(proc.stdout)
 
 
 def test_shift_jis_documents_are_found_by_a_word_inside_through_the_cli(
