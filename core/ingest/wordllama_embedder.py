@@ -69,11 +69,14 @@ WINDOW_CHARS = 16_384  # characters
 # One tokenizer call takes at most this many characters of windows, bounding the
 # tokenizer's output (~60 bytes per character) for a batch of huge texts.
 TOKENIZE_MAX_CHARS = 262_144  # characters
-# Batches up to this many characters are embedded on the calling event loop: ~0.2 ms
-# for a 250-character chunk once the model is loaded (measured), less than a thread
-# hop that waits for the GIL while other threads are busy. Bigger batches (a
-# pipeline batch of 64 chunks of 1000 characters: ~17 ms) go to a thread.
-EMBED_ON_LOOP_MAX_CHARS = 1_000  # characters
+# Batches up to this many characters are embedded on the calling event loop, as the
+# hashed embedder's are: a small document's chunks (a one-page PDF, ~5 600 characters)
+# take ~1.6 ms with the word cache warm, less than a hop to a thread and back that
+# waits for the GIL while the worker's other threads are busy (measured on 400 one-page
+# PDFs, three interleaved pairs: 8-12 % less worker CPU than at 1 000 characters).
+# Bigger batches (a pipeline batch of 64 chunks of 1000 characters: ~17 ms) go to a
+# thread, so a dashboard's loop is never held longer than a few milliseconds.
+EMBED_ON_LOOP_MAX_CHARS = 8_000  # characters
 # Hugging Face's tokenizer spreads every batch over a thread pool unless this says
 # otherwise. A worker's batches are one document's few chunks: the pool's wake-ups and
 # spinning cost more CPU than the split saves wall time (measured on 400 small
