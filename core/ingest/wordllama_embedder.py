@@ -141,9 +141,9 @@ def _token_ids(model: _Model, pieces: list[str]) -> list[list[int]]:
     chunks of 54 real web pages), for alignments nothing here reads; ``str.replace``
     does the same to the text at C speed and the tokens are the same. Then each word
     (_WORD) is looked up in the model's word cache, and only the words not there are
-    given to the tokenizer, in one call (:func:`_new_words_ids`). Not for a piece holding an added token's
-    text: the tokenizer splits those off before it normalises, and prepends ``▁`` to
-    each part after one."""
+    given to the tokenizer, in one call (:func:`_new_words_ids`). Not for a piece
+    holding an added token's text: the tokenizer splits those off before it
+    normalises, and prepends ``▁`` to each part after one."""
     fast = model.prenormalised
     if fast is None or any(token in piece for piece in pieces for token in model.added):
         encodings = model.tokenizer.encode_batch_fast(pieces, add_special_tokens=False)

@@ -190,6 +190,25 @@ async def test_cancel_asks_then_cancels_with_reason(seeded: Seeded) -> None:
     assert (history[-1].actor, history[-1].reason) == ("tester", "duplicate")
 
 
+async def test_enter_confirms_a_dialog_before_its_focus_lands(seeded: Seeded) -> None:
+    # The dialog focuses its reason box on the next turn of the app's loop; an enter
+    # that came first (typed at once, or a loaded CI run's test) was lost.
+    app = make_app(seeded)
+    task_id = seeded.id("queued-memo.md")
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await ready(pilot)
+        await select(pilot, task_id)
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        dialog = app.screen
+        await wait_for(pilot, lambda: dialog.focused is not None)
+        dialog.set_focus(None)  # as it is before the dialog's own focus lands
+        await pilot.press("enter")
+        await wait_for(
+            pilot, lambda: table(app).tasks[task_id].status is TaskStatus.CANCELLED, what="cancel"
+        )
+
+
 async def test_cancel_can_be_backed_out_of(seeded: Seeded) -> None:
     app = make_app(seeded)
     task_id = seeded.id("queued-memo.md")

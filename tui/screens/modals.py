@@ -29,7 +29,14 @@ class ConfirmScreen(ModalScreen[str | None]):
         kept_in: Whose history keeps the reason, as the refusal of an empty one says.
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
+    # Enter confirms even before the dialog has focused its first widget (focus is set
+    # on the next turn of the app's loop): an enter typed at once, or sent by a test
+    # the moment the dialog is up, was lost and left the dialog open. A focused Input
+    # or Button handles enter itself first (Back stays Back).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("enter", "confirm", "Confirm", show=False),
+    ]
 
     def __init__(
         self,
@@ -76,7 +83,7 @@ class ConfirmScreen(ModalScreen[str | None]):
 
     @on(Input.Submitted, "#reason")
     @on(Button.Pressed, "#confirm")
-    def _confirm(self) -> None:
+    def action_confirm(self) -> None:
         reason = self._reason()
         if self.require_reason and not reason:
             # Refused here, where the reason is typed, rather than by the ledger
