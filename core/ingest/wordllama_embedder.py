@@ -37,6 +37,7 @@ cut with no space nearby (measured: cosine > 0.9999 to the whole text's vector).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import logging
 import os
@@ -185,10 +186,9 @@ def _new_words_ids(fast: Any, words: list[str]) -> list[tuple[int, ...]]:
     tokenised as one text, and the ids are cut again at the line break's own token.
     A group that does not cut into as many words as went in (it cannot, by the
     vocabulary's rule) is tokenised a word at a time."""
-    newline = fast.encode("\n", add_special_tokens=False).ids
-    if len(newline) != 1:
+    mark = _newline_token(fast)
+    if mark is None:
         return [tuple(e.ids) for e in fast.encode_batch_fast(words, add_special_tokens=False)]
-    mark = newline[0]
     groups: list[list[str]] = []
     size = WINDOW_CHARS
     for word in words:
@@ -220,6 +220,14 @@ def _new_words_ids(fast: Any, words: list[str]) -> list[tuple[int, ...]]:
         ends = [*cuts, len(ids)]
         out.extend(tuple(ids[a:b]) for a, b in zip(starts, ends, strict=True))
     return out
+
+
+@functools.cache
+def _newline_token(fast: Any) -> int | None:
+    """The one token a line break is, or None (then words are not joined); asked once
+    per tokenizer, not on every batch with new words."""
+    ids = fast.encode("\n", add_special_tokens=False).ids
+    return ids[0] if len(ids) == 1 else None
 
 
 _models: dict[int, _Model] = {}  # dimensions -> the model, loaded once per process
