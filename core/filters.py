@@ -191,9 +191,7 @@ def parse_filter(text: str) -> TaskFilter:
         # and only after reading every task (FTS5 cannot take a NUL in its query:
         # 5-12 s at a million tasks); PostgreSQL refuses a NUL in any text. What
         # was meant is unclear: ask, on every face and backend alike.
-        raise BadInput(
-            f"filter: a control character (U+{ord(control.group()):04X}) cannot be in a filter"
-        )
+        raise BadInput(f"filter: a control character ({control.group()!r}) cannot be in a filter")
     words = _words(text)
     if len(words) > FILTER_TERMS_MAX:
         raise FilterTooLarge(

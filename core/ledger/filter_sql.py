@@ -213,6 +213,7 @@ def filter_clauses(
         conn.exec_driver_sql(CUSTOM_PLANS)
     patterns: dict[tuple[str | None, bool], list[str]] = defaultdict(list)
     wanted_names: dict[str | None, list[str]] = defaultdict(list)
+    prefixes: dict[str, list[str]] = defaultdict(list)
     equal: dict[str, set[str]] = defaultdict(set)
     unequal: dict[str, set[str]] = defaultdict(set)
     attempts: dict[str, set[int]] = defaultdict(set)
@@ -226,6 +227,8 @@ def filter_clauses(
                 group.append(value)
                 if not term.negate and term.field in _NAMED_FIELDS:
                     wanted_names[term.field].append(prepare(term.value))
+                if not term.negate and term.field in _PREFIX_COLUMNS:
+                    prefixes[term.field].append(prepare(term.value))
         elif term.field in _EQUALITY_FIELDS:
             (unequal if term.negate else equal)[term.field].add(term.value)
         elif term.field == "attempt":
@@ -245,6 +248,8 @@ def filter_clauses(
             match = _WANTED_ONE[field]
         clauses.append(_pattern_clause(match, values, negate=negate))
     clauses.extend(drivers.values())
+    if conn is not None and conn.dialect.name == "sqlite":
+        clauses.extend(_prefix_ranges(prefixes))
     for field, wanted in sorted(equal.items()):
         if len(wanted) > 1:  # one column equal to two values at once
             return [false()]
@@ -303,6 +308,28 @@ def name_drivers(
             drivers[field] = driver
             break
     return drivers
+
+
+# The prefix fields, and the column each value starts.
+_PREFIX_COLUMNS: dict[str, Callable[[], ColumnElement[str]]] = {
+    "id": lambda: TASKS.c.id,
+    "document": lambda: TASKS.c.document_id,
+}
+
+
+def _prefix_ranges(prefixes: Mapping[str, list[str]]) -> list[ColumnElement[bool]]:
+    """For each wanted ``id:``/``document:`` prefix, the range of its column that
+    holds it, beside its LIKE (which stays the test): SQLite's LIKE is
+    case-insensitive, so it never seeks a BINARY index with one, and ``id:3f2a`` read
+    every task (110 ms of CPU, 350+ ms under load, at a million). A range is the
+    prefix's exactly where ids order byte by byte, which SQLite's do (a PostgreSQL
+    collation may not: see :func:`_bare_drivable`)."""
+    clauses: list[ColumnElement[bool]] = []
+    for field, values in sorted(prefixes.items()):
+        column = _PREFIX_COLUMNS[field]()
+        for value in values:
+            clauses.append((column >= value) & (column < value + _PAST_PREFIX))
+    return clauses
 
 
 def _may_start_an_id(value: str) -> bool:
