@@ -13,7 +13,11 @@ and a handful of index pages, whatever the ledger's size.
 
 What the index is asked is exactly ``filename_folded LIKE '%value%'``: a phrase of
 case-sensitive trigrams of the folded value in the folded name. A value of fewer
-than three characters has no trigram, and is matched as before.
+than three characters has no trigram: when the newest tasks do not hold a page of
+its matches (``name:%``, an emoji: 5-22 s read in order at a million tasks), its
+documents are found by reading every document's name instead, one pass over the
+documents (~0.2 s at a million on SQLite) rather than over every task and its
+document.
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ def _indexed(value: str) -> Select[Any]:
 def _named(named: NamedFromClause, dialect: str, value: str) -> ColumnElement[bool]:
     """Whether a row of ``named`` (documents) carries ``value`` in its folded name,
     in the index's terms."""
-    if dialect == "sqlite":
+    if dialect == "sqlite" and indexable(value):
         return literal_column(f"{named.name}.rowid").in_(_indexed(value))
     pattern = literal("%" + _like_escaped(value) + "%", String)
     return named.c.filename_folded.like(pattern, escape="/")
@@ -102,9 +106,14 @@ def few_named(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:
     gathering would read. On PostgreSQL (GIN keeps no order) a count against
     :data:`FEW_DOCUMENTS`, and past it whether the newest tasks hold a page of the
     name's; there is no index to ask without pg_trgm (a count by LIKE would read
-    every document)."""
-    if not indexable(value):
+    every document). A value too short for the index is decided by the newest
+    tasks alone, on both backends."""
+    if "\x00" in value:
         return False
+    if not indexable(value):
+        # No trigram to ask: the documents are read by name (see the module's
+        # docstring), worth it only when an ordered read would not end soon.
+        return not _newest_hold_a_page(conn, value, options)
     if conn.dialect.name == "sqlite":
         return _sqlite_drives(conn, value, options)
     exists = text("SELECT to_regclass(:name)")
