@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.errors import BadInput
-from core.ingest.sniffing import kind_misnamed_pdf, sniff_kind
+from core.ingest.sniffing import kind_misnamed_pdf, refused_content, sniff_kind
 from core.safe_text import neutralise, visible
 from core.states import DocumentKind
 from core.store import Original, StoredObject
@@ -160,6 +160,13 @@ def judge_upload(data: Original, name: str, max_bytes: int) -> DocumentKind | st
         misnamed = kind_misnamed_pdf(head, name)
         if misnamed is not None:
             return _misnamed_pdf(misnamed)
+        known = refused_content(head)
+        if known is not None:
+            what, advice = known
+            return (
+                f"unsupported file type: the content is {what}, which ingestdesk does "
+                f"not read; {advice} (ingestdesk formats lists what it takes)"
+            )
         return (
             "unsupported file type (judged by content); "
             "ingestdesk takes PDF, DOCX, PPTX, XLSX, HTML, EPUB, CSV, Markdown, plain "

@@ -32,6 +32,16 @@ MAX_ZIP_RATIO = 250  # uncompressed / compressed bytes, per entry
 ZIP_RATIO_FLOOR_BYTES = 4 << 20  # bytes uncompressed below which the ratio is not checked
 # What ingestdesk reads itself from a container (an EPUB chapter, the package file).
 MAX_PART_BYTES = 64 << 20  # bytes read from one entry at most
+# The compression methods Python's zipfile inflates. Others (Deflate64 from Windows'
+# own zip tool, PPMd, WavPack...) raise NotImplementedError at the first read; they
+# are refused by name before any library trips over them.
+_ZIP_METHODS = {
+    zipfile.ZIP_STORED: "stored",
+    zipfile.ZIP_DEFLATED: "deflate",
+    zipfile.ZIP_BZIP2: "bzip2",
+    zipfile.ZIP_LZMA: "lzma",
+}
+_UNSUPPORTED_METHOD_NAMES = {6: "implode", 9: "Deflate64", 93: "zstd", 95: "xz", 98: "PPMd"}
 
 # Markup. libxml2 (under python-docx and python-pptx) refuses XML nested deeper than
 # 256 levels unless asked for "huge" trees, which nothing here asks for.
@@ -67,14 +77,27 @@ def check_zip(archive: zipfile.ZipFile, what: str) -> None:
         what: What the container is, for the message ("DOCX").
 
     Raises:
-        LimitExceeded: Too many entries, an entry or the whole too large, or an entry
-            compressed more than a real document's could be.
+        LimitExceeded: Too many entries, an entry or the whole too large, an entry
+            compressed more than a real document's could be, two entries of one
+            name, or a compression method zipfile cannot inflate.
     """
     entries = archive.infolist()
     if len(entries) > MAX_ZIP_ENTRIES:
         raise LimitExceeded(f"{what} has {len(entries)} zip entries (limit {MAX_ZIP_ENTRIES})")
     total = 0
+    names: set[str] = set()
     for entry in entries:
+        if entry.filename in names:
+            # Readers disagree on which copy counts (zipfile takes the last, others
+            # the first), so what was sniffed need not be what is parsed.
+            raise LimitExceeded(f"{what} has two zip entries of the same name")
+        names.add(entry.filename)
+        if entry.compress_type not in _ZIP_METHODS:
+            method = _UNSUPPORTED_METHOD_NAMES.get(entry.compress_type, "unknown")
+            raise LimitExceeded(
+                f"{what} entry uses zip compression method {entry.compress_type} ({method}), "
+                f"which is not supported; save it again to use deflate"
+            )
         size = entry.file_size
         if size > MAX_ZIP_ENTRY_BYTES:
             raise LimitExceeded(

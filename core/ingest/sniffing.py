@@ -84,6 +84,15 @@ _EOCD = b"PK\x05\x06"
 _OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")
 _HTML_SIGNATURE = re.compile(r"<!doctype\s+html|<html[\s>]", re.IGNORECASE)
+# An SVG's root element, after the prolog an XML file may open with (BOM, declaration,
+# comments, processing instructions, a doctype).
+_SVG_SIGNATURE = re.compile(
+    r"\ufeff?\s*(?:(?:<\?[^>]*\?>|<!--.*?-->|<!doctype[^>]*>)\s*)*<svg[\s>/]",
+    re.IGNORECASE | re.DOTALL,
+)
+# A BMP's DIB header sizes (core, OS/2 2, Windows 3 to 5): a white bitmap is all 0xFF
+# bytes, which pass as cp1252 text without a single control character.
+_BMP_DIB_HEADER_BYTES = frozenset({12, 16, 40, 52, 56, 64, 108, 124})
 
 # Magic numbers of formats people upload by mistake that can pass as "mostly text" in
 # their first bytes. Anything else binary is caught by the control-character ratio.
@@ -137,13 +146,15 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
        byte order) when its first directory lies past the header. A signature
        without that structure (a few bytes of a picture, random bytes after eight
        magic ones) → None: nothing could read it.
-    6. Other known binary signatures (GIF, archives, ELF, old binary Office, …) → None.
+    6. Other known binary signatures (GIF, BMP, archives, ELF, old binary Office, …)
+       → None.
     7. Text-like content: MARKDOWN for ``.md``/``.markdown`` names and TEXT for
        ``.txt``/``.text`` ones (the name asks for text, and a page's source is text);
-       otherwise HTML when ``<!doctype html`` or ``<html`` appears in its first 1024
-       characters, CSV when named ``.csv``/``.tsv`` or when its first lines (3 to 50)
-       all split into the same number (2+) of fields on one of ``, ; tab |``, else
-       TEXT. Text-like means it decodes (BOM-declared UTF-8/16/32, else strict UTF-8,
+       otherwise None for an SVG picture (``<svg`` after the XML prolog), HTML
+       when ``<!doctype html`` or ``<html`` appears in its first 1024 characters,
+       CSV when named ``.csv``/``.tsv`` or when its first lines (3 to 50) all split
+       into the same number (2+) of fields on one of ``, ; tab |``, else TEXT.
+       Text-like means it decodes (BOM-declared UTF-8/16/32, else strict UTF-8,
        else the charset a page declares, else a recognised code page such as
        Shift_JIS, GBK or Windows-1251, else cp1252: see ``decode_text``) and at most
        1 % of the first 64 KiB are control characters. NUL
@@ -173,7 +184,7 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
     if data.startswith(_OLE2_MAGIC) and _ENCRYPTED_PACKAGE in data:
         return _office_kind_named(name) or DocumentKind.DOCX
     image = _image_kind(data)
-    if image is not None or data.startswith(_BINARY_MAGICS):
+    if image is not None or data.startswith(_BINARY_MAGICS) or _is_bmp(data):
         return image
     final = len(data) <= TEXT_SNIFF_BYTES
     sample = decode_text(data[:TEXT_SNIFF_BYTES], final=final)
@@ -184,6 +195,8 @@ def sniff_kind(data: bytes, filename: str) -> DocumentKind | None:
     if name.endswith(TEXT_SUFFIXES):
         return DocumentKind.TEXT
     text = sample[0]
+    if _SVG_SIGNATURE.match(text):
+        return None  # a picture drawn in XML: its markup is not the document's text
     if _HTML_SIGNATURE.search(text, 0, HTML_SIGNATURE_WINDOW):
         return DocumentKind.HTML
     if name.endswith(CSV_SUFFIXES) or _looks_like_table(text, final=final):
@@ -210,6 +223,14 @@ def _image_kind(data: bytes) -> DocumentKind | None:
         (first_directory,) = struct.unpack_from(f"{order}I", data, 4)
         return DocumentKind.TIFF if first_directory >= 8 else None
     return None
+
+
+def _is_bmp(data: bytes) -> bool:
+    """A Windows bitmap: ``BM``, its reserved words zero, a known DIB header size."""
+    if not data.startswith(b"BM") or len(data) < 18:
+        return False
+    (dib,) = struct.unpack_from("<I", data, 14)
+    return data[6:10] == b"\x00\x00\x00\x00" and dib in _BMP_DIB_HEADER_BYTES
 
 
 def _office_kind_named(name: str) -> DocumentKind | None:
@@ -311,4 +332,69 @@ def _kind_by_entries(data: bytes) -> DocumentKind | None:
         if content_types and found is not None:
             return found
         at += 4
+    return None
+
+
+# What formats people upload that ingestdesk refuses are, and what to save them as,
+# for the refusal's wording (see :func:`refused_content`).
+_SAVE_AS_DOCX = "save it as DOCX or PDF"
+_SAVE_AS_XLSX = "save it as XLSX or CSV"
+_SAVE_AS_PPTX = "save it as PPTX or PDF"
+_SAVE_AS_IMAGE = "save it as PNG, JPEG or TIFF"
+_OPENDOCUMENT = {
+    b"application/vnd.oasis.opendocument.text": ("an OpenDocument text (ODT)", _SAVE_AS_DOCX),
+    b"application/vnd.oasis.opendocument.spreadsheet": (
+        "an OpenDocument spreadsheet (ODS)",
+        _SAVE_AS_XLSX,
+    ),
+    b"application/vnd.oasis.opendocument.presentation": (
+        "an OpenDocument presentation (ODP)",
+        _SAVE_AS_PPTX,
+    ),
+}
+# An OLE2 compound file names its main stream in UTF-16 in its directory.
+_OLE2_STREAMS = (
+    ("WordDocument", ("a binary Word document (.doc)", _SAVE_AS_DOCX)),
+    ("Workbook", ("a binary Excel workbook (.xls)", _SAVE_AS_XLSX)),
+    ("Book", ("a binary Excel workbook (.xls)", _SAVE_AS_XLSX)),
+    ("PowerPoint Document", ("a binary PowerPoint deck (.ppt)", _SAVE_AS_PPTX)),
+)
+_REFUSED_MAGICS: tuple[tuple[bytes, tuple[str, str]], ...] = (
+    (b"{\\rtf", ("an RTF document", _SAVE_AS_DOCX)),
+    (b"%!PS", ("a PostScript file", "save it as PDF")),
+    (b"GIF87a", ("a GIF image", _SAVE_AS_IMAGE)),
+    (b"GIF89a", ("a GIF image", _SAVE_AS_IMAGE)),
+    (b"\x1f\x8b", ("a gzip archive", "unpack it and upload its files")),
+    (b"7z\xbc\xaf\x27\x1c", ("a 7-Zip archive", "unpack it and upload its files")),
+    (b"Rar!\x1a\x07", ("a RAR archive", "unpack it and upload its files")),
+)
+
+
+def refused_content(data: bytes) -> tuple[str, str] | None:
+    """What a refused upload's content is and what to save it as, when it is a format
+    people commonly mean to upload (OpenDocument, binary Office, RTF, GIF, WebP, BMP,
+    HEIC, SVG, archives); None for anything else. Only the first bytes and a zip's
+    ``mimetype`` entry are read."""
+    for magic, answer in _REFUSED_MAGICS:
+        if data.startswith(magic):
+            return answer
+    if data.startswith(_OLE2_MAGIC):
+        named = (a for stream, a in _OLE2_STREAMS if stream.encode("utf-16-le") in data)
+        return next(named, ("a binary Office file (OLE2)", "save it as DOCX, XLSX, PPTX or PDF"))
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "a WebP image", _SAVE_AS_IMAGE
+    if data[4:8] == b"ftyp" and data[8:12] in (b"heic", b"heix", b"mif1", b"heim", b"avif"):
+        return "a HEIC/AVIF image", _SAVE_AS_IMAGE
+    if _is_bmp(data):
+        return "a BMP image", _SAVE_AS_IMAGE
+    if data.startswith(_ZIP_MAGIC):
+        # OpenDocument stores its mimetype first, uncompressed, as EPUB does.
+        if data[30:38] == b"mimetype" and len(data) >= 30:
+            size, _, _, extra = struct.unpack_from("<IIHH", data, 18)
+            start = 38 + extra
+            return _OPENDOCUMENT.get(data[start : start + min(size, 128)].strip())
+        return None
+    sample = decode_text(data[:TEXT_SNIFF_BYTES], final=len(data) <= TEXT_SNIFF_BYTES)
+    if sample is not None and _SVG_SIGNATURE.match(sample[0]):
+        return "an SVG image", _SAVE_AS_IMAGE
     return None

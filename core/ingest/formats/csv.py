@@ -35,7 +35,9 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
     from core.ingest.failures import ParseFailure
 
     text = decoded(data, warnings, WHAT).replace("\x00", "")
-    reader = csv.reader(io.StringIO(text), dialect_of(text[:SNIFF_CHARS]))
+    # newline="": lines end at \n, \r\n or a lone \r alike (files pasted together
+    # from Windows, Unix and old Mac), as the csv module asks its input to be opened.
+    reader = csv.reader(io.StringIO(text, newline=""), dialect_of(text[:SNIFF_CHARS]))
     budget = TableBudget(WHAT)
     header: list[str] | None = None
     rows: list[tuple[int, list[str]]] = []

@@ -46,6 +46,11 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
     archive = open_package(data, WHAT, ooxml=False)
     try:
         chapters = _spine(archive)
+        if _encrypted(archive) & set(chapters):
+            raise ParseFailure(
+                ErrorCode.PARSE_ERROR,
+                "EPUB is DRM-protected (its chapters are encrypted); ingestdesk cannot read it",
+            )
         out = Extracted()
         budget = TableBudget(WHAT)
         for number, path in enumerate(chapters, start=1):
@@ -71,6 +76,25 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
         raise ParseFailure(ErrorCode.PARSE_ERROR, library_failure(exc, WHAT)) from None
     finally:
         archive.close()
+
+
+def _encrypted(archive: object) -> set[str]:
+    """The paths ``META-INF/encryption.xml`` says are encrypted. Fonts obfuscated
+    by the IDPF or Adobe scheme are listed there too; only chapters matter here."""
+    import zipfile
+
+    from defusedxml import ElementTree
+
+    assert isinstance(archive, zipfile.ZipFile)
+    try:
+        listing = ElementTree.fromstring(read_part(archive, "META-INF/encryption.xml", WHAT))
+    except KeyError:
+        return set()
+    return {
+        posixpath.normpath(unquote(uri))
+        for ref in _children(listing, "CipherReference")
+        if (uri := ref.get("URI"))
+    }
 
 
 def _spine(archive: object) -> list[str]:

@@ -138,6 +138,9 @@ def _frames(image: Image, pages: int) -> Iterator[tuple[Image, int]]:
                 py_warnings.simplefilter("error", PILImage.DecompressionBombWarning)
                 image.load()
             frame = image.copy() if pages > 1 else image
+            # A phone stores a photo as its sensor saw it and says in EXIF how to turn
+            # it; OCR reads lines as they are drawn, so the page is turned first.
+            frame = _upright(frame)
         except LimitExceeded:
             raise
         except (PILImage.DecompressionBombWarning, PILImage.DecompressionBombError):
@@ -146,6 +149,16 @@ def _frames(image: Image, pages: int) -> Iterator[tuple[Image, int]]:
             raise ParseFailure(ErrorCode.PARSE_ERROR, _damaged(exc, index + 1)) from None
         yield frame, dpi
         del frame
+
+
+def _upright(frame: Image) -> Image:
+    """The frame turned as its EXIF orientation says (itself when it says nothing)."""
+    from PIL import ImageOps
+
+    orientation = frame.getexif().get(0x0112, 1)  # EXIF Orientation
+    if orientation in (1, None) or not isinstance(orientation, int):
+        return frame
+    return ImageOps.exif_transpose(frame)
 
 
 class ImagePage:
