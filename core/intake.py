@@ -164,8 +164,8 @@ def judge_upload(data: Original, name: str, max_bytes: int) -> DocumentKind | st
         if known is not None:
             what, advice = known
             return (
-                f"unsupported file type: the content is {what}, which ingestdesk does "
-                f"not read; {advice} (ingestdesk formats lists what it takes)"
+                f"unsupported file type (judged by content): {what}, which ingestdesk "
+                f"does not read; {advice} (ingestdesk formats lists what it takes)"
             )
         return (
             "unsupported file type (judged by content); "
