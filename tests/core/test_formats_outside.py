@@ -255,3 +255,64 @@ def test_svg_under_a_text_name_stays_text() -> None:
 def test_text_starting_with_bm_is_still_text() -> None:
     data = b"BMW sales by quarter were up again this year, said the report.\n"
     assert judge_upload(data, "notes", UPLOAD_CAP) is DocumentKind.TEXT
+
+
+def _with_doctype(data: bytes, part: str, doctype: bytes, *, entity_in_text: bool) -> bytes:
+    """The package with ``doctype`` after the XML declaration of ``part`` (and, with
+    ``entity_in_text``, a reference to its entity ``e`` in the first text run)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as copy:
+        for item in source.infolist():
+            body = source.read(item)
+            if item.filename == part:
+                declaration, rest = body.split(b"?>", 1)
+                if entity_in_text:
+                    rest = rest.replace(b"<w:t>", b"<w:t>&e;", 1)
+                body = declaration + b"?>" + doctype + rest
+            copy.writestr(item, body)
+        if part not in source.namelist():
+            copy.writestr(part, b"<?xml version='1.0'?>" + doctype + b"<data>&e;</data>")
+    return out.getvalue()
+
+
+# A DOCX part declaring an entity (internal, or external: the XXE shape) was read with
+# the text after the entity silently dropped: "Test with tables" was missing from the
+# index. libxml2 expanded and fetched nothing, but the document lost words unsaid.
+@pytest.mark.parametrize(
+    "doctype",
+    [
+        b'<!DOCTYPE w:document [<!ENTITY e "EXPANDED">]>',
+        b'<!DOCTYPE w:document [<!ENTITY e SYSTEM "file:///etc/hostname">]>',
+        b'<!doctype w:document SYSTEM "http://127.0.0.1:9/evil.dtd">',
+    ],
+)
+def test_a_docx_part_declaring_a_dtd_is_refused_not_read_with_words_missing(
+    doctype: bytes,
+) -> None:
+    good = GOOD_DOCX.read_bytes()
+    assert "Test with tables" in parse_document(good, DocumentKind.DOCX).chunks[0].text
+    crafted = _with_doctype(good, "word/document.xml", doctype, entity_in_text=True)
+    assert _parse_error(crafted, "report.docx") == (
+        "DOCX XML declares a DTD (entities), which is refused"
+    )
+
+
+def test_a_custom_xml_part_with_a_dtd_does_not_refuse_the_document() -> None:
+    # An add-in's data part is never read here: whatever it declares stays its own.
+    crafted = _with_doctype(
+        GOOD_DOCX.read_bytes(),
+        "customXml/item9.xml",
+        b'<!DOCTYPE data [<!ENTITY e "x">]>',
+        entity_in_text=False,
+    )
+    assert "Test with tables" in parse_document(crafted, DocumentKind.DOCX).chunks[0].text
+
+
+def test_a_pptx_slide_declaring_a_dtd_is_refused() -> None:
+    deck = (DATA / "powerpoint_sample.pptx").read_bytes()
+    crafted = _with_doctype(
+        deck, "ppt/slides/slide1.xml", b'<!DOCTYPE p:sld [<!ENTITY e "x">]>', entity_in_text=False
+    )
+    assert (
+        _parse_error(crafted, "deck.pptx") == "PPTX XML declares a DTD (entities), which is refused"
+    )

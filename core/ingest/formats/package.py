@@ -10,6 +10,7 @@ it fails with "needs a password", as an encrypted PDF does.
 from __future__ import annotations
 
 import zipfile
+import zlib
 from collections.abc import Callable
 from io import BytesIO
 from typing import TYPE_CHECKING
@@ -113,6 +114,42 @@ def _package_relationships(archive: zipfile.ZipFile, what: str) -> bytes:
         return b""
 
 
+# Where a part's DOCTYPE would be: before its root element, after at most a declaration
+# and a comment or two.
+PROLOG_BYTES = 4096  # bytes read from the start of each XML part
+_DOCTYPES = tuple("<!doctype".encode(codec) for codec in ("ascii", "utf-16-le", "utf-16-be"))
+
+
+def refuse_doctypes(archive: zipfile.ZipFile, what: str) -> None:
+    """Refuse a package whose XML parts declare a DTD, as defusedxml refuses one under
+    openpyxl and EPUB's reader does. Office never writes a DOCTYPE in a package
+    (Open Packaging Conventions forbid DTDs); one there is a crafted file. libxml2
+    under python-docx and python-pptx expands nothing and fetches nothing, but
+    silently drops the text after an entity it did not expand: the document would be
+    indexed with words missing. Custom XML parts (an add-in's data, never read here)
+    may hold anything and are not checked.
+
+    Raises:
+        ParseFailure: A part's prolog holds a DOCTYPE.
+    """
+    from core.ingest.failures import ParseFailure
+
+    for item in archive.infolist():
+        name = item.filename
+        if item.is_dir() or not name.endswith((".xml", ".rels")) or name.startswith("customXml/"):
+            continue
+        try:
+            with archive.open(item) as part:
+                prolog = part.read(PROLOG_BYTES).lower()
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError):
+            continue  # a damaged part fails where the library reads it, if it does
+        if any(doctype in prolog for doctype in _DOCTYPES):
+            raise ParseFailure(
+                ErrorCode.PARSE_ERROR,
+                f"{what} XML declares a DTD (entities), which is refused",
+            )
+
+
 def library_failure(exc: BaseException, what: str) -> str:
     """A short, path-free reason for an exception a format library raised."""
     from core.ingest.failures import OUT_OF_MEMORY_REASON
@@ -155,6 +192,7 @@ def parse_package(
     from core.ingest.failures import ParseFailure
 
     with open_package(data, what, reads_strict=reads_strict) as archive:
+        refuse_doctypes(archive, what)
         strict = reads_strict and is_strict(archive, what)
     try:
         if strict:  # copied inside the try: a damaged part fails as the library would
