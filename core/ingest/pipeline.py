@@ -236,21 +236,8 @@ class Pipeline:
         return Outcome(claim.task_id, view.status.value, code, detail)
 
     async def _stages(self, claim: Claim, progress: Progress, say: Say) -> Outcome:
-        reporter = asyncio.create_task(progress.report(), name=f"progress-{claim.task_id[:8]}")
-        try:
+        async with progress.reporting(f"task={claim.task_id[:8]} progress reporter"):
             return await self._run_stages(claim, progress, say)
-        finally:
-            reporter.cancel()
-            try:
-                await reporter
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:  # its failure is one line, never the attempt's end
-                logger.warning(
-                    "task=%s progress reporter stopped: %s",
-                    claim.task_id[:8],
-                    error_detail_of(exc),
-                )
 
     async def _run_stages(self, claim: Claim, progress: Progress, say: Say) -> Outcome:
         if claim.index_id is not None:

@@ -4,11 +4,13 @@ the lease, and the way a worker learns that its task was taken away."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any, TypeVar
 
-from core.errors import LedgerUnreachable
+from core.errors import LedgerUnreachable, error_detail_of
 from core.ingest.embedding import TaskLost
 from core.ledger import Claim, Ledger
 from core.states import Stage
@@ -22,6 +24,8 @@ PROGRESS_EVERY_S = 0.5  # seconds between coalesced progress writes
 HEARTBEAT_EVERY_S = 1.0  # seconds (never more than a third of the lease)
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 class Progress:
@@ -119,18 +123,59 @@ class Progress:
             self._written, self.options = latest, None
             return held
 
-    async def report(self) -> None:
+    def _interval_s(self) -> float:
+        return min(PROGRESS_EVERY_S, self.claim.lease_s / 3)
+
+    @contextlib.asynccontextmanager
+    async def reporting(self, name: str) -> AsyncIterator[None]:
+        """Run :meth:`report` beside the body, as the side task ``name``.
+
+        The reporter's first look is one interval in, and most small documents are
+        done by then: the side task is only made if the attempt is still running at
+        that first tick (a timer until then), so a document of milliseconds costs no
+        task, no cancellation and no extra turns of the event loop. Its writes and
+        heartbeats are the same either way. A reporter that fails is one log line,
+        never the attempt's end."""
+        started = time.monotonic()
+        reporter: asyncio.Task[None] | None = None
+
+        def begin() -> None:
+            nonlocal reporter
+            reporter = asyncio.create_task(self.report(since=started), name=name)
+
+        timer = asyncio.get_running_loop().call_later(self._interval_s(), begin)
+        try:
+            yield
+        finally:
+            timer.cancel()
+            if reporter is not None:
+                reporter.cancel()
+                try:
+                    await reporter
+                except asyncio.CancelledError:
+                    pass
+                except Exception as exc:
+                    logger.warning("%s stopped: %s", name, error_detail_of(exc))
+
+    async def report(self, *, since: float | None = None) -> None:
         """Write progress and heartbeats until the task is lost (run as a side task,
         cancelled when the attempt ends); on a write answering False, mark the task
-        lost and cancel the work handed to :meth:`unless_lost`."""
+        lost and cancel the work handed to :meth:`unless_lost`.
+
+        ``since``: the monotonic time the attempt started, when the reporter is
+        started one interval after it (see :meth:`reporting`): its first look is then
+        at once, and a heartbeat counts from ``since``."""
         lease_part = self.claim.lease_s / 3
-        interval = min(PROGRESS_EVERY_S, lease_part)
+        interval = self._interval_s()
         # Half an interval early still counts: sleeps end a little off, and a heartbeat
         # due just after a tick would otherwise wait a whole interval more.
         heartbeat_after = min(HEARTBEAT_EVERY_S, lease_part) - interval / 2
-        last_write = time.monotonic()
+        last_write = time.monotonic() if since is None else since
+        first = since is None
         while not self.lost:
-            await asyncio.sleep(interval)
+            if first:
+                await asyncio.sleep(interval)
+            first = True
             try:
                 if self.latest is not None and self.latest != self._written:
                     held = await self._write()

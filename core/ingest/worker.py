@@ -112,6 +112,9 @@ class Worker:
         self.register = register
         self.stats = WorkerStats()
         self._stop = asyncio.Event()
+        # Set when a running task ends or stop is asked (see _wait_for_change).
+        self._changed = False
+        self._change_waiter: asyncio.Future[None] | None = None
         self._resume = asyncio.Event()
         self._resume.set()
         self._running: dict[str, asyncio.Task[Outcome]] = {}
@@ -155,6 +158,7 @@ class Worker:
         """Stop claiming; :meth:`run` then finishes or hands back what it holds."""
         self._stop.set()
         self._resume.set()
+        self._wake()
 
     def _say(self, kind: str, line: str, task_id: str | None = None) -> None:
         if self.on_event is None:
@@ -386,6 +390,8 @@ class Worker:
             await self._resume.wait()
         if self._stop.is_set():
             return idle_s
+        # A task that ends from here on wakes the wait below at once.
+        self._changed = False
         free = self._slots() - len(self._running)
         if free > 0 and not self._queued:
             self._state = "claiming"
@@ -473,13 +479,31 @@ class Worker:
         for task_id, running in list(self._running.items()):
             if running is task:
                 del self._running[task_id]
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed = True
+        if self._change_waiter is not None:
+            _settle(self._change_waiter)
 
     async def _wait_for_change(self, poll_s: float) -> None:
-        """Sleep until a slot frees up, stop is requested, or the poll interval ends."""
-        waiters = [asyncio.create_task(self._stop.wait())]
-        waiters.extend(self._running.values())  # type: ignore[arg-type]
-        await asyncio.wait(waiters, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
-        waiters[0].cancel()
+        """Sleep until a slot frees up, stop is requested, or the poll interval ends.
+
+        One future and one timer, woken by a task's end (:meth:`_forget`) or
+        :meth:`stop`: this runs after every document, and a task made for the stop
+        event plus asyncio.wait's callbacks on every running task cost more loop
+        turns than a small document's own coroutine steps."""
+        if self._changed or self._stop.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._change_waiter = waiter
+        timer = loop.call_later(poll_s, _settle, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._change_waiter = None
 
     async def _wind_down(self, grace_s: float) -> None:
         """Finish running tasks within the grace period, then hand the rest back so
@@ -568,3 +592,8 @@ class Worker:
                     current.get_name() if current is not None else "side chore",
                     error_detail_of(exc),
                 )
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
