@@ -46,15 +46,11 @@ REGISTRY_HEARTBEAT_S = 10.0  # seconds between worker-registry heartbeats
 # whether it is asked again (see core.ingest.reconcile).
 RECONCILE_EVERY_S = 15.0  # seconds
 # Claims a worker takes ahead of its free slots, in one claim transaction, when tasks
-# are quick: about this much work by the recent average task time. A claim costs a
-# write transaction (worker CPU, thread hop included: ~1.5 ms for one task, ~0.65 ms
-# each in a batch of two, ~0.15 ms each in a batch of eight), as much as a whole small
-# document's indexing. The average is wall time, which a busy machine stretches: at
-# 0.05 s a one-page PDF's ~25-45 ms left one or two claims ahead, a claim transaction
-# every other document (~0.5 ms of CPU a document more than batches of eight). Slow
-# tasks still get no claims ahead (one of 0.2 s or more: none), so several workers
-# share a queue of big documents evenly; a claim held too long is handed back
-# unstarted (see Worker._step).
+# are quick: about this much work by the recent average (wall) task time. A claim's
+# transaction costs ~1.5 ms of worker CPU for one task, ~0.15 ms each in a batch of
+# eight; at 0.05 s a loaded machine's one-page PDF (25-45 ms) left one claim ahead, a
+# transaction every other document. Tasks of 0.2 s or more get none, so workers share
+# big documents evenly; a claim held too long goes back unstarted (Worker._step).
 PREFETCH_WINDOW_S = 0.2  # seconds of work
 PREFETCH_MAX = 16  # claims held ahead at most
 TASK_TIME_SMOOTHING = 0.2  # weight of the newest task in the average task time
