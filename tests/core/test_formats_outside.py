@@ -316,3 +316,23 @@ def test_a_pptx_slide_declaring_a_dtd_is_refused() -> None:
     assert (
         _parse_error(crafted, "deck.pptx") == "PPTX XML declares a DTD (entities), which is refused"
     )
+
+
+# A page that is only a frameset ended "document contains no text", which reads as a
+# parser's failure on a full-looking page; its text is in the pages its frames load.
+def test_a_frameset_page_says_its_text_is_in_its_frames() -> None:
+    page = (
+        b"<!DOCTYPE html><html><head><title>Manual</title></head>"
+        b'<frameset cols="20%,80%"><frame src="toc.html"><frame src="body.html">'
+        b"</frameset></html>"
+    )
+    with pytest.raises(ParseFailure) as failure:
+        parse_document(page, DocumentKind.HTML)
+    assert failure.value.code is ErrorCode.EMPTY_DOCUMENT
+    assert "frameset" in failure.value.reason and "\n" not in failure.value.reason
+    # A frameset page with a text fallback is read for it.
+    noframes = page.replace(
+        b"</frameset>", b"<noframes><p>Read the manual here</p></noframes></frameset>"
+    )
+    found = parse_document(noframes, DocumentKind.HTML)
+    assert any("Read the manual" in chunk.text for chunk in found.chunks)

@@ -22,7 +22,7 @@ from core.ingest.formats.base import Block, Extracted, Format, Prose, Table
 from core.ingest.formats.text import decoded
 from core.ingest.limits import MAX_HTML_DEPTH, LimitExceeded, TableBudget
 from core.ingest.text_encoding import codec_for, declared_charset
-from core.states import DocumentKind
+from core.states import DocumentKind, ErrorCode
 
 if TYPE_CHECKING:
     from core.ingest.formats.base import ParseOptions
@@ -95,6 +95,7 @@ _CELLS = frozenset({"td", "th"})
 _SPECIAL_END = _SKIPPED | _HEADINGS.keys() | _CELLS | {"table", "pre"}
 _SPECIAL_START = _VOID | _SELF_CLOSING_SIBLINGS | _SPECIAL_END | {"title", "body", "tr"}
 _SPACE_RUN = re.compile(r"\s+")
+_FRAMESET = re.compile(r"<frameset[\s>]", re.IGNORECASE)
 
 
 def decode_html(data: bytes, warnings: WarningCollector, what: str = "HTML") -> str:
@@ -300,7 +301,18 @@ def extract(
 
 
 def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
-    blocks, _ = extract(decode_html(data, warnings), TableBudget("HTML"))
+    text = decode_html(data, warnings)
+    blocks, _ = extract(text, TableBudget("HTML"))
+    if not blocks and _FRAMESET.search(text):
+        from core.ingest.failures import ParseFailure
+
+        # Its text is in the pages its frames load, which a parser never fetches: say
+        # so, rather than leave an operator to wonder why a full page read as empty.
+        raise ParseFailure(
+            ErrorCode.EMPTY_DOCUMENT,
+            "HTML page is a frameset: its text is in the pages its frames load, which "
+            "are not fetched; upload those pages",
+        )
     return Extracted(1, blocks)
 
 
