@@ -35,12 +35,9 @@ MAX_PART_BYTES = 64 << 20  # bytes read from one entry at most
 # The compression methods Python's zipfile inflates. Others (Deflate64 from Windows'
 # own zip tool, PPMd, WavPack...) raise NotImplementedError at the first read; they
 # are refused by name before any library trips over them.
-_ZIP_METHODS = {
-    zipfile.ZIP_STORED: "stored",
-    zipfile.ZIP_DEFLATED: "deflate",
-    zipfile.ZIP_BZIP2: "bzip2",
-    zipfile.ZIP_LZMA: "lzma",
-}
+_ZIP_METHODS = frozenset(
+    {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA}
+)
 _UNSUPPORTED_METHOD_NAMES = {6: "implode", 9: "Deflate64", 93: "zstd", 95: "xz", 98: "PPMd"}
 
 # Markup. libxml2 (under python-docx and python-pptx) refuses XML nested deeper than
