@@ -336,3 +336,54 @@ def test_a_frameset_page_says_its_text_is_in_its_frames() -> None:
     )
     found = parse_document(noframes, DocumentKind.HTML)
     assert any("Read the manual" in chunk.text for chunk in found.chunks)
+
+
+# A workbook written by a program that does not calculate (openpyxl, pandas with
+# formulas, many exporters) saves formula cells without a value: they read empty, and
+# the parse said nothing, so a "total" column went missing from the index silently.
+def test_formula_cells_saved_without_a_value_are_named_in_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Orders"
+    sheet.append(["item", "qty", "price", "total"])
+    sheet.append(["apples", 3, 2, "=B2*C2"])
+    sheet.append(["pears", 1, 5, "=B3*C3"])
+    out = io.BytesIO()
+    book.save(out)
+
+    with caplog.at_level("WARNING", logger="core.ingest.parsing"):
+        doc = parse_document(out.getvalue(), DocumentKind.XLSX)
+
+    assert "apples | 3 | 2" in doc.chunks[0].text
+    assert doc.warnings == 1
+    assert "2 formula cell(s) saved without a value (first: Orders!D2)" in caplog.text
+
+
+def test_formulas_with_saved_values_or_an_empty_text_result_warn_of_none() -> None:
+    # As Excel saves them: a value beside each formula, and a formula whose result
+    # is the empty text typed t="str" with an empty <v>.
+    saved = _xlsx_with_sheet_xml(
+        b'<row r="1"><c r="A1" t="inlineStr"><is><t>x</t></is></c>'
+        b'<c r="B1"><f>1+1</f><v>2</v></c><c r="C1" t="str"><f>""</f><v></v></c>'
+        b'<c r="D1" t="b"><f>TRUE()</f><v>1</v></c></row>'
+    )
+    doc = parse_document(saved, DocumentKind.XLSX)
+    assert doc.warnings == 0
+    assert "x | 2 |  | True" in doc.chunks[0].text
+
+
+def _xlsx_with_sheet_xml(rows: bytes) -> bytes:
+    """The little workbook of :func:`_xlsx` with its sheet's rows replaced."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(_xlsx())) as source, zipfile.ZipFile(out, "w") as copy:
+        for item in source.infolist():
+            body = source.read(item)
+            if item.filename == "xl/worksheets/sheet1.xml":
+                start = body.index(b"<sheetData>") + len(b"<sheetData>")
+                body = body[:start] + rows + body[body.index(b"</sheetData>") :]
+            copy.writestr(item, body)
+    return out.getvalue()

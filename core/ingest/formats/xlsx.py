@@ -6,7 +6,8 @@ rows up to the table limit (:data:`core.ingest.limits.MAX_TABLE_ROWS`), not memo
 the whole. Cached values are read (``data_only``): formulas are not evaluated, macros
 in an XLSM never run, external links are not followed (``keep_links=False``), and
 openpyxl parses through defusedxml when it is installed (it is a dependency here), so
-entity declarations are refused.
+entity declarations are refused. A formula saved without a value (by a program that
+does not calculate) reads empty, and the parse warns how many there are.
 
 Rows are read with openpyxl's own sheet parser but not through ``iter_rows``: each
 sheet's XML is parsed once (no dimension pre-scan, see :func:`_open_book`) and no
@@ -50,22 +51,41 @@ def cell_text(value: object) -> str:
 
 
 def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Extracted:
-    return parse_package(data, WHAT, _extract)
+    return parse_package(data, WHAT, functools.partial(_extract, warnings=warnings))
 
 
-def _extract(data: bytes) -> Extracted:
+class _Uncalculated:
+    """Formula cells saved without a value: a workbook written by a program that
+    does not calculate (openpyxl, many exporters) leaves them for Excel to compute.
+    They read as empty, so the parse says how many and where the first one is."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first = ""
+
+    def warn(self, warnings: WarningCollector) -> None:
+        if self.count:
+            warnings.add(
+                f"{WHAT} has {self.count} formula cell(s) saved without a value "
+                f"(first: {self.first}), read as empty: open and save the workbook "
+                "in Excel or LibreOffice to store their values"
+            )
+
+
+def _extract(data: bytes, *, warnings: WarningCollector) -> Extracted:
     from io import BytesIO
 
     book = _open_book(BytesIO(data))
     out = Extracted()
     budget = TableBudget(WHAT)
+    uncalculated = _Uncalculated()
     try:
         sheets = book.worksheets
         for sheet in sheets:
             out.units += 1
             header: list[str] | None = None
             rows: list[tuple[int, list[str]]] = []
-            for number, cells in _sheet_rows(book, sheet, budget):
+            for number, cells in _sheet_rows(book, sheet, budget, uncalculated):
                 if header is None:
                     header = cells
                 else:
@@ -78,6 +98,7 @@ def _extract(data: bytes) -> Extracted:
             report_units(out.units, len(sheets))
     finally:
         book.close()
+    uncalculated.warn(warnings)
     return out
 
 
@@ -116,7 +137,36 @@ def _reader_class() -> type:
     return Reader
 
 
-def _sheet_rows(book: Any, sheet: Any, budget: TableBudget) -> Iterator[tuple[int, list[str]]]:
+@functools.cache
+def _sheet_parser_class() -> type:
+    from openpyxl.worksheet._reader import FORMULA_TAG, WorkSheetParser
+
+    class SheetParser(WorkSheetParser):  # type: ignore[misc]  # openpyxl is untyped
+        uncalculated: _Uncalculated
+        sheet_title: str
+
+        def parse_cell(self, element: Any) -> dict[str, Any]:
+            cell: dict[str, Any] = super().parse_cell(element)
+            # data_only hides the formula. A formula whose result is "" is typed
+            # t="str" with an empty <v>; one never calculated has none or an empty
+            # one (openpyxl writes <v></v>) under another type.
+            if (
+                cell["value"] is None
+                and element.get("t") != "str"
+                and element.find(FORMULA_TAG) is not None
+            ):
+                found = self.uncalculated
+                found.count += 1
+                if not found.first:
+                    found.first = f"{self.sheet_title}!{element.get('r') or '?'}"
+            return cell
+
+    return SheetParser
+
+
+def _sheet_rows(
+    book: Any, sheet: Any, budget: TableBudget, uncalculated: _Uncalculated | None = None
+) -> Iterator[tuple[int, list[str]]]:
     """A sheet's non-empty rows as ``(row number, cell texts)``, trailing blank cells
     dropped: the rows ``iter_rows(values_only=True)`` gives an unsized read-only sheet,
     every row it gives (gaps' empty rows too) counted against ``budget``.
@@ -124,10 +174,8 @@ def _sheet_rows(book: Any, sheet: Any, budget: TableBudget) -> Iterator[tuple[in
     Read with openpyxl's own sheet parser (shared strings, dates, cached formula
     values, its warnings), without the padded tuple of values per row that
     ``iter_rows`` builds and this would turn into strings again."""
-    from openpyxl.worksheet._reader import WorkSheetParser
-
     with book._archive.open(sheet._worksheet_path) as source:
-        parser = WorkSheetParser(
+        parser = _sheet_parser_class()(
             source,
             sheet._shared_strings,
             data_only=book.data_only,
@@ -135,6 +183,8 @@ def _sheet_rows(book: Any, sheet: Any, budget: TableBudget) -> Iterator[tuple[in
             date_formats=book._date_formats,
             timedelta_formats=book._timedelta_formats,
         )
+        parser.uncalculated = uncalculated or _Uncalculated()
+        parser.sheet_title = sheet.title
         expected = 1  # the row iter_rows would give next
         for number, parsed in parser.parse():
             while expected < number:  # rows missing from the XML read as empty
