@@ -387,3 +387,19 @@ def _xlsx_with_sheet_xml(rows: bytes) -> bytes:
                 body = body[:start] + rows + body[body.index(b"</sheetData>") :]
             copy.writestr(item, body)
     return out.getvalue()
+
+
+# A 90 MB CSV of one line, "a,a,a,...", is 47 million fields: the csv module's list of
+# them passed the parser's memory cap before the column limit could count it, so the
+# task ended "parser exceeded memory limit" instead of saying what was wrong.
+async def test_a_csv_line_of_millions_of_columns_is_refused_by_its_count() -> None:
+    data = b"h1,h2\n" + b"a," * (45 << 20) + b"\n"
+    async with ParserPool() as pool:
+        with pytest.raises(ParseFailure) as failure:
+            await pool.parse(data, DocumentKind.CSV)
+        assert failure.value.code is ErrorCode.PARSE_ERROR
+        assert failure.value.reason == "CSV has a row of 47185921 columns (limit 2000)"
+        # A quoted cell holding many delimiters is not a row of many columns.
+        quoted = b'h1,h2\n"' + b"a," * 5_000 + b'",b\n'
+        doc = await pool.parse(quoted, DocumentKind.CSV)
+        assert doc.chunks

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from core.ingest.chunker import Location
 from core.ingest.formats.base import Extracted, Format, Table
 from core.ingest.formats.text import decoded
-from core.ingest.limits import TableBudget
+from core.ingest.limits import MAX_TABLE_COLUMNS, LimitExceeded, TableBudget
 from core.states import DocumentKind, ErrorCode
 
 if TYPE_CHECKING:
@@ -37,7 +38,9 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
     text = decoded(data, warnings, WHAT).replace("\x00", "")
     # newline="": lines end at \n, \r\n or a lone \r alike (files pasted together
     # from Windows, Unix and old Mac), as the csv module asks its input to be opened.
-    reader = csv.reader(io.StringIO(text, newline=""), dialect_of(text[:SNIFF_CHARS]))
+    dialect = dialect_of(text[:SNIFF_CHARS])
+    lines = _narrow_lines(io.StringIO(text, newline=""), dialect)
+    reader = csv.reader(lines, dialect)
     budget = TableBudget(WHAT)
     header: list[str] | None = None
     rows: list[tuple[int, list[str]]] = []
@@ -57,6 +60,23 @@ def parse(data: bytes, request: ParseOptions, warnings: WarningCollector) -> Ext
     if not rows:
         return Extracted(1, [Table(None, [(1, header)], Location())])
     return Extracted(1, [Table(header, rows, Location())])
+
+
+def _narrow_lines(lines: Iterable[str], dialect: type[csv.Dialect]) -> Iterator[str]:
+    """The lines, refusing one of more columns than a row may have before the csv
+    module splits it: a 90 MB line of ``a,a,a,...`` is 45 million field strings,
+    past the parser's memory cap before the table limit could count them. A line
+    without quotes has exactly one more field than delimiters; a quoted one is left
+    to the row limit (its quotes may hold delimiters)."""
+    delimiter, quote = dialect.delimiter, dialect.quotechar or ""
+    for line in lines:
+        if len(line) > MAX_TABLE_COLUMNS and (not quote or quote not in line):
+            fields = line.count(delimiter) + 1
+            if fields > MAX_TABLE_COLUMNS:
+                raise LimitExceeded(
+                    f"{WHAT} has a row of {fields} columns (limit {MAX_TABLE_COLUMNS})"
+                )
+        yield line
 
 
 FORMAT = Format(
