@@ -13,7 +13,11 @@ is expanded and nothing external is fetched.
 from __future__ import annotations
 
 import codecs
+import hashlib
+import html.parser
+import inspect
 import re
+import textwrap
 from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 
@@ -95,6 +99,9 @@ _CELLS = frozenset({"td", "th"})
 _SPECIAL_END = _SKIPPED | _HEADINGS.keys() | _CELLS | {"table", "pre"}
 _SPECIAL_START = _VOID | _SELF_CLOSING_SIBLINGS | _SPECIAL_END | {"title", "body", "tr"}
 _SPACE_RUN = re.compile(r"\s+")
+# The source of the standard library's HTMLParser.parse_starttag (Python 3.11 to 3.13.0)
+# that _Extractor.parse_starttag repeats without building the attribute list.
+_KNOWN_PARSE_STARTTAG_SHA1 = "588bec9aeabaf42efcf9dbc3e72e9c83d6a1e638"
 _FRAMESET = re.compile(r"<frameset[\s>]", re.IGNORECASE)
 
 
@@ -117,6 +124,22 @@ def decode_html(data: bytes, warnings: WarningCollector, what: str = "HTML") -> 
     return decoded(data, warnings, what)
 
 
+def _stock_parse_starttag_is_known() -> bool:
+    """Whether the running Python's ``parse_starttag`` is the one ours repeats: a
+    tokenizer fixed in a later release (3.12 and 3.13 patch releases changed it) keeps
+    its own, slower one rather than get ours."""
+    try:
+        source = textwrap.dedent(inspect.getsource(HTMLParser.parse_starttag))
+    except (OSError, TypeError):  # no source shipped: cannot tell
+        return False
+    return hashlib.sha1(source.encode()).hexdigest() == _KNOWN_PARSE_STARTTAG_SHA1
+
+
+_TAG_FIND = html.parser.tagfind_tolerant  # type: ignore[attr-defined]
+_ATTR_FIND = html.parser.attrfind_tolerant  # type: ignore[attr-defined]
+_NO_ATTRS: list[tuple[str, str | None]] = []  # never filled: no handler here adds to it
+
+
 class _Extractor(HTMLParser):
     def __init__(self, base: tuple[str, ...], what: str, budget: TableBudget) -> None:
         super().__init__(convert_charrefs=True)
@@ -136,6 +159,47 @@ class _Extractor(HTMLParser):
         self._cell: list[str] | None = None
         self._pre = 0
 
+    # What html.parser does per token that no caller here reads is skipped, a quarter
+    # of its time on real pages (measured): the line and column kept for getpos(), and
+    # each start tag's attributes (unescaped, lower-cased, listed), which nothing here
+    # looks at.
+    def updatepos(self, i: int, j: int) -> int:
+        return j
+
+    def _parse_starttag_without_attrs(self, i: int) -> int:
+        # HTMLParser.parse_starttag, attributes matched (so where the tag ends and
+        # what counts as junk are its own) but not collected.
+        self._HTMLParser__starttag_text = None
+        endpos: int = self.check_for_whole_start_tag(i)
+        if endpos < 0:
+            return endpos
+        rawdata = self.rawdata
+        self._HTMLParser__starttag_text = rawdata[i:endpos]
+        match = _TAG_FIND.match(rawdata, i + 1)
+        assert match, "unexpected call to parse_starttag()"
+        k = match.end()
+        self.lasttag = tag = match.group(1).lower()
+        attr_match = _ATTR_FIND.match
+        while k < endpos:
+            m = attr_match(rawdata, k)
+            if not m:
+                break
+            k = m.end()
+        end = rawdata[k:endpos].strip()
+        if end not in (">", "/>"):
+            self.handle_data(rawdata[i:endpos])
+            return endpos
+        if end.endswith("/>"):
+            self.handle_startendtag(tag, _NO_ATTRS)
+        else:
+            self.handle_starttag(tag, _NO_ATTRS)
+            if tag in self.CDATA_CONTENT_ELEMENTS:
+                self.set_cdata_mode(tag)
+        return endpos
+
+    if _stock_parse_starttag_is_known():
+        parse_starttag = _parse_starttag_without_attrs
+
     @property
     def location(self) -> Location:
         return Location(headings=self._base + tuple(t for _, t in self._path))
@@ -146,8 +210,11 @@ class _Extractor(HTMLParser):
             opened.append(tag)
             if len(opened) > MAX_HTML_DEPTH:
                 raise LimitExceeded(f"{self._what} nested over {MAX_HTML_DEPTH} elements deep")
-            if tag in _BLOCKS and not self._skipping:
-                self._block_boundary()
+            if tag in _BLOCKS and not self._skipping:  # _block_boundary, inlined
+                if self._cell is not None:
+                    self._cell.append(" ")
+                elif not self._tables:
+                    self._text.append("\n")
             return
         if tag == "title":
             self._in_title = True
@@ -189,7 +256,13 @@ class _Extractor(HTMLParser):
         opened = self._open
         if opened and opened[-1] == tag:  # the usual case: the innermost one closes
             opened.pop()
-            self._ended(tag)
+            if tag in _SPECIAL_END:
+                self._ended(tag)
+            elif tag in _BLOCKS and not self._skipping:  # _ended's short path, inlined
+                if self._cell is not None:
+                    self._cell.append(" ")
+                elif not self._tables:
+                    self._text.append("\n")
         elif tag in opened:
             self._close(tag)
 
@@ -242,6 +315,10 @@ class _Extractor(HTMLParser):
             self._text.append(data)
         elif data.isspace():  # the indentation between tags: what the pattern makes of it
             self._text.append(" ")
+        elif data.isprintable() and "  " not in data:
+            # No whitespace but single ASCII spaces (every other space character is
+            # unprintable): the pattern would change nothing, and most text is so.
+            self._text.append(data)
         else:
             self._text.append(_SPACE_RUN.sub(" ", data))
 
