@@ -98,6 +98,8 @@ _CELLS = frozenset({"td", "th"})
 # most of a page's tags are and which the profile of real pages is dominated by.
 _SPECIAL_END = _SKIPPED | _HEADINGS.keys() | _CELLS | {"table", "pre"}
 _SPECIAL_START = _VOID | _SELF_CLOSING_SIBLINGS | _SPECIAL_END | {"title", "body", "tr"}
+# Closing siblings that are blocks and nothing more: their start takes a path of its own.
+_SIBLING_BLOCKS = (_SELF_CLOSING_SIBLINGS & _BLOCKS) - _SPECIAL_END - {"tr"}
 _SPACE_RUN = re.compile(r"\s+")
 # The source of the standard library's HTMLParser.parse_starttag (Python 3.11 to 3.13.0)
 # that _Extractor.parse_starttag repeats without building the attribute list.
@@ -215,6 +217,16 @@ class _Extractor(HTMLParser):
                     self._cell.append(" ")
                 elif not self._tables:
                     self._text.append("\n")
+            return
+        if tag in _SIBLING_BLOCKS:  # p and li, the commonest tags of real pages
+            opened = self._open
+            if tag in opened[-4:]:
+                self._close(tag)
+            opened.append(tag)
+            if len(opened) > MAX_HTML_DEPTH:
+                raise LimitExceeded(f"{self._what} nested over {MAX_HTML_DEPTH} elements deep")
+            if not self._skipping:
+                self._block_boundary()
             return
         if tag == "title":
             self._in_title = True
