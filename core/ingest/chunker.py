@@ -88,6 +88,11 @@ class Location:
             out["part"] = self.part
         return out
 
+    def says_only_page(self) -> bool:
+        """Whether :meth:`stored` is None, without writing the JSON to find out (the
+        chunking of every block asks)."""
+        return self == Location(page=self.page)
+
     def stored(self) -> str | None:
         """As stored in ``chunks.location``: None when the page column says it all
         (PDF pages, text), so those rows and their result checksums stay as before."""
@@ -170,8 +175,10 @@ def chunk_section(
 ) -> Iterator[Chunk]:
     """:func:`chunk_page` for a section of prose at ``location`` (a slide, a heading's
     section): offsets are within ``text``."""
-    for chunk in chunk_page(text, location.page, first_ordinal, chunk_size, chunk_overlap):
-        yield replace(chunk, location=location)
+    spans = chunk_text(text, chunk_size=chunk_size, overlap=chunk_overlap)
+    page = location.page
+    for offset, (start, end) in enumerate(spans):
+        yield Chunk(first_ordinal + offset, text[start:end], page, start, end, location)
 
 
 def markdown_row(cells: Sequence[str]) -> str:

@@ -269,7 +269,7 @@ def chunk_blocks(
         if isinstance(block, Prose):
             text = _strip_nul(block.text, collector)
             location = block.location
-            if location.stored() is None:
+            if location.says_only_page():
                 chunks.extend(chunk_page(text, location.page, len(chunks), size, overlap))
             else:
                 chunks.extend(chunk_section(text, location, len(chunks), size, overlap))

@@ -247,6 +247,20 @@ def test_location_round_trips_through_its_stored_form() -> None:
     assert Location.from_stored(4, None).label() == "p. 4"
 
 
+def test_a_location_says_only_its_page_exactly_when_none_is_stored() -> None:
+    for location in (
+        Location(),
+        Location(page=4),
+        Location(page=4, slide=1),
+        Location(notes=True),
+        Location(sheet="Q1"),
+        Location(rows=(1, 1)),
+        Location(page=2, headings=("A",)),
+        Location(part="footer"),
+    ):
+        assert location.says_only_page() == (location.stored() is None), location
+
+
 # --- failures are the document's, with a stable code -----------------------------------------
 
 
