@@ -225,13 +225,34 @@ WAKE_KEY_WAITERS = Prepared(
 )
 
 
+# Whether WAKE_KEY_WAITERS would change a row: the same conditions, read through the
+# same index. Nearly every task that ends has nobody waiting for it, and the UPDATE
+# that finds nobody costs more than this read: 45 us against 25 us in a loop, 77 us
+# against 54 us measured inside finishes (1 000 small documents, ledger thread).
+_KEY_WAITER = (
+    select(TASKS.c.id)
+    .where(TASKS.c.processing_key == bindparam("p_key"))
+    .where(TASKS.c.status == TaskStatus.RETRY_WAIT.value)
+    .where(TASKS.c.id != bindparam("p_task_id"))
+    .where(TASKS.c.next_attempt_at > bindparam("p_now"))
+    .limit(1)
+)
+KEY_WAITER = Prepared(_KEY_WAITER)
+
+
 def wake_waiters(conn: Connection, key: str | None, now: float, *, ended: str = "") -> None:
     """The one home of waking waiters: the tasks waiting for the work known by ``key``
     (a processing key, or a provider request's key), which has just ended, are due
     ``now`` (see WAKE_KEY_WAITERS). ``ended``: the task whose end it is, which may
-    itself be waiting now with that key and is not woken. No key, no waiters."""
-    if key is not None:
-        WAKE_KEY_WAITERS.rowcount(conn, {"p_key": key, "p_task_id": ended, "p_now": now})
+    itself be waiting now with that key and is not woken. No key, no waiters.
+
+    Looked for first (KEY_WAITER), in the same write transaction: its answer cannot
+    change before the UPDATE, so the UPDATE runs exactly when it would change a row."""
+    if key is None:
+        return
+    params = {"p_key": key, "p_task_id": ended, "p_now": now}
+    if KEY_WAITER.rows(conn, params):
+        WAKE_KEY_WAITERS.rowcount(conn, params)
 
 
 def wake_waiters_of(
@@ -338,11 +359,25 @@ NOTE_VECTORS_DELETED = Prepared(
 )
 
 
+# Whether a document has any chunk (through uq_chunks_document_id).
+HAS_CHUNKS = Prepared(
+    select(CHUNKS.c.id).where(CHUNKS.c.document_id == bindparam("p_document_id")).limit(1)
+)
+
+
 def drop_chunks(conn: Connection, document_id: str) -> int:
     """Delete a document's chunks (their vectors and search entries go with them);
-    how many there were."""
-    NOTE_VECTORS_DELETED.rowcount(conn, {"p_document_id": document_id})
-    return DELETE_CHUNKS.rowcount(conn, {"p_document_id": document_id})
+    how many there were.
+
+    A document without chunks (every first finish, and most failures) is told by one
+    index seek, in the caller's write transaction, so nothing can add a chunk before
+    the statements it skips: the UPDATE of the indexes and the DELETE would change
+    nothing (~40 us of the ledger thread a finish, against ~10 us for the look)."""
+    params = {"p_document_id": document_id}
+    if not HAS_CHUNKS.rows(conn, params):
+        return 0
+    NOTE_VECTORS_DELETED.rowcount(conn, params)
+    return DELETE_CHUNKS.rowcount(conn, params)
 
 
 INSERT_CHUNKS = Prepared(
