@@ -25,19 +25,21 @@ def replace_chunks(
         raise ValueError("chunks with vectors need the index they belong to")
     drop_chunks(conn, document_id)
     if chunks:
-        INSERT_CHUNKS.many(
+        # A tuple per chunk, not a dict: this runs for every chunk of every finish.
+        INSERT_CHUNKS.many_rows(
             conn,
+            _CHUNK_COLUMNS,
             [
-                {
-                    "document_id": document_id,
-                    "ordinal": c.ordinal,
-                    "text": c.text,
-                    "page": c.page,
-                    "char_start": c.char_start,
-                    "char_end": c.char_end,
-                    "location": c.location,
-                    "search_text": search_text(c.text),
-                }
+                (
+                    document_id,
+                    c.ordinal,
+                    c.text,
+                    c.page,
+                    c.char_start,
+                    c.char_end,
+                    c.location,
+                    search_text(c.text),
+                )
                 for c in chunks
             ],
         )
@@ -46,3 +48,15 @@ def replace_chunks(
         if vectors:
             assert index_id is not None
             insert_vectors(conn, index_id, document_id, vectors)
+
+
+_CHUNK_COLUMNS = (
+    "document_id",
+    "ordinal",
+    "text",
+    "page",
+    "char_start",
+    "char_end",
+    "location",
+    "search_text",
+)

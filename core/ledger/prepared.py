@@ -31,6 +31,8 @@ class Prepared:
         self._fixed: dict[str, Any] = {}
         self._required: frozenset[str] = frozenset()
         self._order: Sequence[str] = ()
+        # many_rows: per order of names a caller gives, where each parameter is found.
+        self._picks: dict[tuple[str, ...], list[tuple[bool, Any]]] = {}
 
     def _compile(self, conn: Connection) -> Compiled:
         if self._compiled is None:
@@ -79,6 +81,39 @@ class Prepared:
         try:
             cursor.execute(compiled.string, self._args(compiled, params))
             return int(cursor.rowcount)
+        finally:
+            cursor.close()
+
+    def many_rows(
+        self, conn: Connection, names: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """executemany of ``rows``, each a tuple of the parameters ``names`` in that
+        order: a row per chunk skips making a dict and reordering it (see _args)."""
+        if conn.dialect.name != "sqlite":
+            conn.execute(self.statement, [dict(zip(names, row, strict=True)) for row in rows])
+            return
+        compiled = self._compile(conn)
+        key = tuple(names)
+        picks = self._picks.get(key)
+        if picks is None:
+            missing = self._required.difference(key)
+            if missing:
+                compiled.construct_params(dict.fromkeys(key))  # raises, naming one
+            # Where each positional parameter comes from: a row's column, or a value
+            # the statement carries itself.
+            picks = [
+                (True, key.index(name)) if name in key else (False, self._fixed[name])
+                for name in self._order
+            ]
+            self._picks[key] = picks
+        args: Sequence[Sequence[Any]]
+        if picks == [(True, i) for i in range(len(key))]:
+            args = rows  # the caller's order is the statement's: rows as they are
+        else:
+            args = [[r[v] if from_row else v for from_row, v in picks] for r in rows]
+        cursor = conn.connection.cursor()
+        try:
+            cursor.executemany(compiled.string, args)
         finally:
             cursor.close()
 
