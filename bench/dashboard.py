@@ -739,21 +739,25 @@ class Probe:
 
         return self.app.screen.query_one(TaskTable)
 
-    def all_count(self) -> Any:
-        """The big digits of the 'all' count box."""
-        from textual.widgets import Digits
-
+    def all_box(self) -> Any:
+        """The 'all' count box."""
         from tui.widgets.counts import StatusCount
 
-        box = next(b for b in self.app.screen.query(StatusCount) if b.status is None)
-        return box.query_one(Digits)
+        return next(b for b in self.app.screen.query(StatusCount) if b.status is None)
+
+    def all_count(self) -> Any:
+        """The big digits of the 'all' count box (the count, shortened if it is wider
+        than the box: the box's ``count`` is the exact one)."""
+        from textual.widgets import Digits
+
+        return self.all_box().query_one(Digits)
 
     def filled(self, rows: int, total: int) -> asyncio.Future[float]:
         """The frame by which the table shows ``rows`` rows and the 'all' count box
         shows ``total``."""
         future: asyncio.Future[float] = self.app.painted(
             (lambda: self.table, lambda: self.table.row_count == rows),
-            (self.all_count, lambda: self.all_count().value == str(total)),
+            (self.all_count, lambda: self.all_box().count == total),
         )
         return future
 

@@ -5,6 +5,11 @@ provider requests that need watching.
 A box shows its count in big digits under a border titled with its key and status;
 on a narrow screen (app.tcss) the same box is two plain lines, key and status above
 the count, so seven of them fit 80 columns with four-digit counts whole.
+
+Big digits take three cells each, so a box shows its count whole while it fits and
+shortened (``29.9k``, ``1.0M``, never rounded up) when it does not: a million tasks
+in the "all" box (12 cells) would otherwise show as its first two digits and a half.
+The table's subtitle keeps the exact total.
 """
 
 from __future__ import annotations
@@ -31,6 +36,35 @@ STATUS_KEYS: dict[str, TaskStatus | None] = {
 }
 
 
+# Shortened forms of a count, largest unit first.
+_UNITS: tuple[tuple[int, str], ...] = ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k"))
+
+
+def digits_width(text: str) -> int:
+    """Cells ``text`` takes in big digits: three a digit, one a mark or letter."""
+    return sum(3 if ch.isdigit() else 1 for ch in text)
+
+
+def count_in(count: int, cells: int) -> str:
+    """``count`` as big digits that fit ``cells`` columns: whole if it fits, else
+    shortened down (``29997`` → ``29.9k``, ``999999`` → ``999k``), else the shortest
+    form (a box too narrow for any is cut, as before)."""
+    whole = str(count)
+    if cells <= 0 or digits_width(whole) <= cells:
+        return whole
+    forms: list[str] = []
+    for unit, suffix in _UNITS:
+        if count >= unit:
+            tenths = count * 10 // unit
+            if tenths < 1000:
+                forms.append(f"{tenths // 10}.{tenths % 10}{suffix}")
+            forms.append(f"{count // unit}{suffix}")
+    fitting = [f for f in forms if digits_width(f) <= cells]
+    if fitting:
+        return fitting[0]
+    return min(forms, key=digits_width) if forms else whole
+
+
 def _class(status: TaskStatus | None) -> str:
     return "-all" if status is None else f"-{status.value.replace('_', '-')}"
 
@@ -41,6 +75,7 @@ class StatusCount(Static):
     def __init__(self, key: str, status: TaskStatus | None) -> None:
         super().__init__(classes=f"status-count {_class(status)}")
         self.status = status
+        self.count = 0  # the exact count shown, whole or shortened
         self.border_title = f"{key} {'all' if status is None else status.value}"
 
     def compose(self) -> ComposeResult:
@@ -49,9 +84,20 @@ class StatusCount(Static):
         yield Label("0", classes="count-line")
 
     def set_count(self, count: int) -> None:
-        self.query_one(Digits).update(str(count))
+        self.count = count
+        self._show_digits()
         self.query_one(".count-line", Label).update(str(count))
         self.set_class(count == 0, "-zero")
+
+    def on_resize(self) -> None:
+        # The box's width decides whether the count fits whole.
+        self._show_digits()
+
+    def _show_digits(self) -> None:
+        digits = self.query_one(Digits)
+        shown = count_in(self.count, self.content_size.width)
+        if digits.value != shown:
+            digits.update(shown)
 
 
 class StatusCounts(Horizontal):
