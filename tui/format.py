@@ -86,11 +86,16 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def clock_time(ts: float | None) -> str:
-    """Only the time of day (UTC), for dense tables."""
+def clock_time(ts: float | None, now: float | None = None) -> str:
+    """Only the time of day (UTC), for dense tables; with ``now``, the date instead
+    when ``ts`` is on another day (UTC) than ``now`` (``05 Jun 26``, as wide as a
+    time): a failure from June listed as ``09:26:07`` reads as one from this morning."""
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S")
+    moment = datetime.fromtimestamp(ts, UTC)
+    if now is not None and moment.date() != datetime.fromtimestamp(now, UTC).date():
+        return moment.strftime("%d %b %y")
+    return moment.strftime("%H:%M:%S")
 
 
 def text_bar(completed: int, total: int, width: int = 8) -> str:

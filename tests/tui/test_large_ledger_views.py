@@ -3,14 +3,15 @@ counts wider than their boxes, and failures spread over months."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
-from textual.widgets import Digits
+from textual.widgets import DataTable, Digits
 
 from bench.million import build
 from core import Ledger, Settings, sqlite_url
 from tests.tui.conftest import APP_SIZE, wait_for
-from tests.tui.driving import dashboard
+from tests.tui.driving import dashboard, open_failures
 from tui.app import IngestDeskApp
 from tui.widgets.counts import StatusCount, count_in, digits_width
 
@@ -58,5 +59,32 @@ async def test_counts_wider_than_their_boxes_show_shortened_whole(tmp_path: Path
             # The counts' boxes get plain lines below COUNT_BOXES_FROM columns.
             await pilot.resize_terminal(150, 40)
             await wait_for(pilot, lambda: _all_fit(app, TASKS), what="the counts, narrower")
+    finally:
+        await ledger.close()
+
+
+async def test_failures_from_another_day_show_their_date(tmp_path: Path) -> None:
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
+    await build(settings, TASKS)  # failures spread over the last 180 days
+    ledger = await Ledger.open(settings)
+    try:
+        app = IngestDeskApp(ledger, workers=0, poll_interval_s=POLL_S)
+        async with app.run_test(size=APP_SIZE) as pilot:
+            await wait_for(pilot, lambda: app.poller.baseline_taken)
+            screen = await open_failures(pilot)
+            tasks = screen.query_one("#failure-tasks", DataTable)
+            await wait_for(pilot, lambda: tasks.row_count > 1, what="a group's tasks")
+            today = datetime.fromtimestamp(app.clock(), UTC).date()
+            seen_older = False
+            for task_id, task in list(screen.tasks.items()):
+                moment = datetime.fromtimestamp(task.updated_at, UTC)
+                shown = str(tasks.get_cell(task_id, "updated"))
+                if moment.date() == today:
+                    assert shown == moment.strftime("%H:%M:%S")
+                else:
+                    # Before, "09:26:07" for a failure months ago.
+                    assert shown == moment.strftime("%d %b %y")
+                    seen_older = True
+            assert seen_older
     finally:
         await ledger.close()

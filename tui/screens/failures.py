@@ -244,6 +244,7 @@ class FailuresScreen(Screen[None]):
         table = self.query_one("#failure-tasks", DataTable)
         keep = None if reset_cursor else table.cursor_row
         self.tasks = {t.task_id: t for t in tasks if t.stage is group.stage}
+        now = self.desk.clock()
         table.clear()
         for task in self.tasks.values():
             table.add_row(
@@ -251,7 +252,7 @@ class FailuresScreen(Screen[None]):
                 Text(shorten(visible(task.document_name or task.document_id[:8]), 30)),
                 str(task.attempt),
                 Text(shorten(visible(task.error_detail or ""), 40)),
-                clock_time(task.updated_at),
+                clock_time(task.updated_at, now),
                 key=task.task_id,
             )
         table.border_subtitle = f"{len(self.tasks)} of {group.count}"
