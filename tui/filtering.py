@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core import Reads, TaskFilter, TaskStatus, TaskView, parse_filter
+from core.ledger import TaskPosition
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,11 @@ class TaskQuery:
     def matches(self, task: TaskView) -> bool:
         return self.filter.matches(task)
 
-    async def window(self, reads: Reads, limit: int) -> list[TaskView]:
-        """The newest ``limit`` matching tasks, newest first."""
-        return await reads.list_tasks(filter=self.filter or None, limit=limit)
+    async def window(
+        self, reads: Reads, limit: int, *, before: TaskPosition | None = None
+    ) -> list[TaskView]:
+        """The newest ``limit`` matching tasks (older than ``before``), newest first."""
+        return await reads.list_tasks(filter=self.filter or None, limit=limit, before=before)
 
 
 def parse_query(text: str) -> TaskQuery:

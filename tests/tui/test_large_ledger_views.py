@@ -6,17 +6,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Digits
 
 from bench.million import build
 from core import Ledger, Settings, sqlite_url
 from tests.tui.conftest import APP_SIZE, wait_for
-from tests.tui.driving import dashboard, open_failures
+from tests.tui.driving import dashboard, notes, open_failures, table
 from tui.app import IngestDeskApp
+from tui.screens import dashboard as dashboard_module
 from tui.widgets.counts import StatusCount, count_in, digits_width
 
 TASKS = 1_000  # "1000" in big digits is 12 cells: wider than the "all" box (8 inside)
 POLL_S = 0.1  # seconds
+WINDOW = 50  # rows of the first window in the paging test
 
 
 def test_a_count_too_wide_for_its_box_is_shortened_down_never_up() -> None:
@@ -86,5 +89,84 @@ async def test_failures_from_another_day_show_their_date(tmp_path: Path) -> None
                     assert shown == moment.strftime("%d %b %y")
                     seen_older = True
             assert seen_older
+    finally:
+        await ledger.close()
+
+
+async def _built(tmp_path: Path) -> Ledger:
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
+    await build(settings, TASKS)
+    return await Ledger.open(settings)
+
+
+async def test_paging_past_the_window_reads_the_next_older_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = await _built(tmp_path)
+    try:
+        app = IngestDeskApp(ledger, workers=0, poll_interval_s=POLL_S, window_rows=WINDOW)
+        async with app.run_test(size=APP_SIZE) as pilot:
+            rows = table(app)
+            await wait_for(pilot, lambda: rows.row_count == WINDOW, what="the first window")
+            newest = [t.task_id for t in await ledger.reads.list_tasks(limit=3 * WINDOW)]
+            await pilot.press("end")  # to the window's last row
+            await wait_for(pilot, lambda: rows.cursor_row == WINDOW - 1)
+            # Before, the table ended here: "newest 50 of 1000", and End did nothing.
+            await pilot.press("end")
+            await wait_for(pilot, lambda: rows.row_count == 2 * WINDOW, what="a page more")
+            assert [rows.task_id_at(n) for n in range(2 * WINDOW)] == newest[: 2 * WINDOW]
+            assert rows.cursor_row == WINDOW - 1  # still on the task it was on
+            await pilot.press("pagedown", "pagedown", "pagedown", "end")
+            await wait_for(pilot, lambda: rows.row_count == 3 * WINDOW, what="a third page")
+            assert [rows.task_id_at(n) for n in range(3 * WINDOW)] == newest
+            assert "newest 150 of 1000" in str(rows.border_subtitle)
+            # At the cap, a notice instead of more rows.
+            monkeypatch.setattr(dashboard_module, "WINDOW_MAX_ROWS", 3 * WINDOW)
+            await pilot.press("end", "end")
+            await wait_for(pilot, lambda: any("at most" in n for n in notes(app)))
+            assert rows.row_count == 3 * WINDOW
+            # A filter starts again from its newest window.
+            await pilot.press("4")
+            await wait_for(
+                pilot,
+                lambda: rows.row_count == 30 and str(rows.border_title).endswith("failed"),
+                what="the failed tasks",
+            )
+            await pilot.press("0")
+            await wait_for(pilot, lambda: rows.row_count == WINDOW, what="a fresh window")
+    finally:
+        await ledger.close()
+
+
+async def test_a_backfilled_window_keeps_the_cursor_below_the_first_screenful(
+    tmp_path: Path,
+) -> None:
+    ledger = await _built(tmp_path)
+    try:
+        # 25 rows held, fewer visible: the window reloads in two steps.
+        app = IngestDeskApp(ledger, workers=0, poll_interval_s=POLL_S, window_rows=25)
+        async with app.run_test(size=(160, 24)) as pilot:
+            rows = table(app)
+            await pilot.press("4")  # 30 failed tasks: a full window of 25
+            await wait_for(
+                pilot,
+                lambda: str(rows.border_title).endswith("failed") and rows.row_count == 25,
+                what="the failed tasks",
+            )
+            await pilot.press("end")
+            await wait_for(pilot, lambda: rows.cursor_row == 24)
+            on = rows.task_id_at(24)
+            # Below the first screenful even once a row above it has left.
+            assert rows.visible_rows + 1 < 23
+            # Another operator retries the top task: it leaves, the window is refilled.
+            await ledger.operator.retry(rows.task_id_at(0), actor="bob", reason="elsewhere")
+            await wait_for(
+                pilot,
+                lambda: rows.row_count == 25 and rows.task_id_at(23) == on,
+                what="the window to be refilled",
+            )
+            # Before, the first screenful (without the selected task) moved the cursor
+            # to its last row, and the rest of the window kept it there.
+            assert rows.selected is not None and rows.selected.task_id == on
     finally:
         await ledger.close()

@@ -23,6 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Header, RichLog
 
 from core import BadInput, Operator, TaskStatus, TaskView, visible
+from core.ledger import TaskPosition
 from tui import policy
 from tui.desk import Desk, desk_of
 from tui.filtering import TaskQuery, parse_query, status_query
@@ -42,6 +43,10 @@ BACKFILL_AFTER_S = 2.0  # seconds a short window waits before it is reloaded
 # Tasks a filter's count reads at most: past it the title says "over" (an exact count
 # of a name filter reads every task, seconds at a million; this many, a few ms).
 FILTER_COUNT_AT_MOST = 1000
+# Rows the table grows to at most as the operator pages past its end (a page of
+# window_rows older tasks at a time, read by keyset): ~40 MB of rows and strips.
+# Past it, a filter finds older tasks faster than paging does.
+WINDOW_MAX_ROWS = 5000
 # Columns from which the side panel sits beside the table: the panel (40, app.tcss),
 # the table's border and scrollbar (3) and the narrow layout's row (77) fit, so the
 # error column stays whole. 120 columns is a common terminal width (and a common
@@ -104,6 +109,7 @@ class DashboardScreen(Screen[None]):
         self._counted: int | None = None
         self._bar_closing = False  # a filter was applied: close the bar after its rows
         self._bar_opened = 0  # times the bar was opened
+        self._loading_older = False  # a page past the window's end is being read
 
     @property
     def desk(self) -> Desk:
@@ -183,11 +189,13 @@ class DashboardScreen(Screen[None]):
         rest of the window (rows below the fold, for scrolling)."""
         desk, query, table = self.desk, self.query_filter, self.table
         reads = desk.reads
-        first = min(table.visible_rows + 1, desk.window_rows)
+        # A window the operator paged past its end is refilled as deep as it was.
+        first = min(table.visible_rows + 1, table.window)
+        keep = table.selected.task_id if table.selected is not None else None
         try:
-            for limit in dict.fromkeys((first, desk.window_rows)):
+            for limit in dict.fromkeys((first, table.window)):
                 tasks = await query.window(reads, limit)
-                table.load(tasks, desk.clock())
+                table.load(tasks, desk.clock(), keep=keep)
                 self._close_bar_soon()
                 # The count boxes show the new filter in the same frame as its rows:
                 # a frame of its own would make the rows wait for the next one.
@@ -203,6 +211,42 @@ class DashboardScreen(Screen[None]):
             self.notify(failure_line(exc), severity="error", title="cannot load the tasks")
             return
         self._short_since = None
+
+    def on_task_table_wants_older(self, _message: TaskTable.WantsOlder) -> None:
+        if self.table.window >= WINDOW_MAX_ROWS:
+            self.notify(
+                f"the table holds the newest {WINDOW_MAX_ROWS} tasks at most: "
+                "a filter (/) finds older ones",
+                severity="warning",
+                timeout=4,
+            )
+            return
+        if not self._loading_older:
+            # A held End or PageDown asks again and again: one page at a time, each
+            # read to its end (an exclusive worker would cancel every one but the last).
+            self._loading_older = True
+            self.load_older()
+
+    @work(group="older", exit_on_error=False, description="load older tasks")
+    async def load_older(self) -> None:
+        """The page of tasks after the window's oldest row, below it (keyset: as fast
+        at the millionth task as at the first)."""
+        desk, query, table = self.desk, self.query_filter, self.table
+        oldest = min(table.tasks.values(), key=lambda t: (t.created_at, t.task_id), default=None)
+        limit = min(desk.window_rows, WINDOW_MAX_ROWS - table.window)
+        try:
+            if oldest is None:
+                return
+            older = await query.window(desk.reads, limit, before=TaskPosition.of(oldest))
+        except Exception as exc:  # the ledger's refusal, or a row it cannot read
+            self.notify(failure_line(exc), severity="error", title="cannot load older tasks")
+            return
+        finally:
+            self._loading_older = False
+        if query is not self.query_filter:
+            return  # the filter changed meanwhile: these belong to the old one
+        table.extend(older, desk.clock())
+        self._title_table(len(table.tasks))
 
     def on_ledger_changed(self, message: LedgerChanged) -> None:
         desk, now = self.desk, message.now
@@ -264,6 +308,8 @@ class DashboardScreen(Screen[None]):
     def set_query(self, query: TaskQuery) -> None:
         self.query_filter = query
         self._counted = None
+        # A new filter starts from its newest window, however deep the last was paged.
+        self.table.window = self.desk.window_rows
         self.reload_window()
 
     def action_status_filter(self, key: str) -> None:

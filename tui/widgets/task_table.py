@@ -150,6 +150,13 @@ class TaskTable(ScrollView, can_focus=True):
         table: TaskTable
 
     @dataclass
+    class WantsOlder(Message):
+        """The cursor was asked past the last row of a full window: the next older
+        tasks may be loaded below it (:meth:`extend`)."""
+
+        table: TaskTable
+
+    @dataclass
     class TaskSelected(Message):
         """Enter, or a click on the cursor row: open this task."""
 
@@ -297,16 +304,33 @@ class TaskTable(ScrollView, can_focus=True):
         """The row showing ``task_id``. Raises KeyError if it is not in the window."""
         return self._index[task_id]
 
-    def load(self, tasks: Iterable[TaskView], now: float) -> None:
-        """Make the table hold exactly ``tasks`` (a fresh window)."""
-        selected = self.selected
+    def load(self, tasks: Iterable[TaskView], now: float, *, keep: str | None = None) -> None:
+        """Make the table hold exactly ``tasks`` (a fresh window); the cursor goes to
+        task ``keep`` (default: the selected one) if it is among them. A window
+        loaded in steps passes the task selected before the first: a first screenful
+        without it must not move the cursor for the steps after."""
+        if keep is None and self.selected is not None:
+            keep = self.selected.task_id
         wanted = {t.task_id: t for t in tasks}
         for task_id in [k for k in self.tasks if k not in wanted]:
             self._forget(task_id)
         for task in wanted.values():
             self._put(task, now)
         self._trim()
+        self._resort(keep=keep)
+
+    def extend(self, older: Iterable[TaskView], now: float) -> int:
+        """Add ``older`` tasks (the page after the oldest row) below the window,
+        which grows by as many; the cursor stays on its task. How many were added."""
+        added = [t for t in older if t.task_id not in self.tasks]
+        if not added:
+            return 0
+        selected = self.selected
+        self.window += len(added)
+        for task in added:
+            self._put(task, now)
         self._resort(keep=selected.task_id if selected else None)
+        return len(added)
 
     def apply(
         self, changes: Iterable[TaskView], matches: Callable[[TaskView], bool], now: float
@@ -455,19 +479,27 @@ class TaskTable(ScrollView, can_focus=True):
     def action_cursor_up(self) -> None:
         self.move_cursor(row=self._cursor - 1)
 
+    def _past_the_end(self) -> None:
+        # On the last row of a full window there may be older tasks: ask for them.
+        if self._order and self._cursor == len(self._order) - 1 and len(self.tasks) >= self.window:
+            self.post_message(self.WantsOlder(self))
+
     def action_cursor_down(self) -> None:
+        self._past_the_end()
         self.move_cursor(row=self._cursor + 1)
 
     def action_page_up(self) -> None:
         self.move_cursor(row=self._cursor - self._page)
 
     def action_page_down(self) -> None:
+        self._past_the_end()
         self.move_cursor(row=self._cursor + self._page)
 
     def action_cursor_first(self) -> None:
         self.move_cursor(row=0)
 
     def action_cursor_last(self) -> None:
+        self._past_the_end()
         self.move_cursor(row=len(self._order) - 1)
 
     def action_select_cursor(self) -> None:
