@@ -3,6 +3,7 @@ counts wider than their boxes, and failures spread over months."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,11 +11,12 @@ import pytest
 from textual.widgets import DataTable, Digits
 
 from bench.million import build
-from core import Ledger, Settings, sqlite_url
+from core import ErrorCode, Ledger, Settings, Stage, sqlite_url
 from tests.tui.conftest import APP_SIZE, wait_for
 from tests.tui.driving import dashboard, notes, open_failures, table
 from tui.app import IngestDeskApp
 from tui.screens import dashboard as dashboard_module
+from tui.screens import failures as failures_module
 from tui.widgets.counts import StatusCount, count_in, digits_width
 
 TASKS = 1_000  # "1000" in big digits is 12 cells: wider than the "all" box (8 inside)
@@ -168,5 +170,47 @@ async def test_a_backfilled_window_keeps_the_cursor_below_the_first_screenful(
             # Before, the first screenful (without the selected task) moved the cursor
             # to its last row, and the rest of the window kept it there.
             assert rows.selected is not None and rows.selected.task_id == on
+    finally:
+        await ledger.close()
+
+
+# A group's tasks were read by error code alone (the newest GROUP_TASKS_MAX) and then
+# narrowed to the group's stage: a code failing at two stages had the other stage's
+# newer tasks fill the page, and its group listed "0 of 3".
+async def test_a_group_lists_its_own_stage_when_its_code_fails_at_another_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(failures_module, "GROUP_TASKS_MAX", 5)
+    ledger = await _built(tmp_path)
+    await ledger.close()
+    with sqlite3.connect(tmp_path / "ledger.db") as db:  # the oldest 3 failed later on
+        code, stage = db.execute(
+            "SELECT error_code, stage FROM ingestion_tasks WHERE status = 'failed' "
+            "GROUP BY 1, 2 ORDER BY count(*) DESC LIMIT 1"
+        ).fetchone()
+        other = next(s.value for s in Stage if s.value not in (stage, "queued"))
+        db.execute(
+            "UPDATE ingestion_tasks SET stage = ? WHERE id IN (SELECT id FROM ingestion_tasks"
+            " WHERE status = 'failed' AND error_code = ? ORDER BY created_at, id LIMIT 3)",
+            (other, code),
+        )
+    ledger = await Ledger.open(
+        Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=tmp_path / "objects")
+    )
+    try:
+        app = IngestDeskApp(ledger, workers=0, poll_interval_s=POLL_S)
+        async with app.run_test(size=APP_SIZE) as pilot:
+            await wait_for(pilot, lambda: app.poller.baseline_taken)
+            screen = await open_failures(pilot)
+            key = failures_module.group_key(ErrorCode(code), Stage(other))
+            await wait_for(pilot, lambda: key in screen.groups, what="the group")
+            groups = screen.query_one("#failure-groups", DataTable)
+            groups.move_cursor(row=groups.get_row_index(key), animate=False)
+            await wait_for(
+                pilot,
+                lambda: screen.current_group == key and len(screen.tasks) == 3,
+                what="the group's three tasks",
+            )
+            assert {t.stage for t in screen.tasks.values()} == {Stage(other)}
     finally:
         await ledger.close()

@@ -27,6 +27,7 @@ from core import (
     Stage,
     TaskStatus,
     TaskView,
+    parse_filter,
     visible,
 )
 from core.ledger import ProviderRequestView
@@ -232,8 +233,13 @@ class FailuresScreen(Screen[None]):
     async def load_tasks(self, group: FailureGroup, reset_cursor: bool) -> None:
         self._tasks_loading = True
         try:
+            # The stage in the read, not after it: a code failing at two stages must
+            # not have one stage's newer tasks fill the page meant for the other's.
             tasks = await self.desk.reads.list_tasks(
-                status=TaskStatus.FAILED, error_code=group.error_code, limit=GROUP_TASKS_MAX
+                status=TaskStatus.FAILED,
+                error_code=group.error_code,
+                filter=parse_filter(f"stage:{group.stage.value}"),
+                limit=GROUP_TASKS_MAX,
             )
         except Exception as exc:
             self.notify(failure_line(exc), severity="error", title="cannot load the group")
@@ -243,7 +249,7 @@ class FailuresScreen(Screen[None]):
             self._tasks_loading = False
         table = self.query_one("#failure-tasks", DataTable)
         keep = None if reset_cursor else table.cursor_row
-        self.tasks = {t.task_id: t for t in tasks if t.stage is group.stage}
+        self.tasks = {t.task_id: t for t in tasks}
         now = self.desk.clock()
         table.clear()
         for task in self.tasks.values():
