@@ -31,6 +31,7 @@ from tui.format import failure_line, plain
 from tui.messages import LedgerChanged, WorkersChanged
 from tui.mirror import THROUGHPUT_BUCKET_S, THROUGHPUT_BUCKETS
 from tui.widgets.counts import STATUS_KEYS, ProviderLine, StatusCounts
+from tui.widgets.cursor_guard import moved_notice
 from tui.widgets.filter_bar import FilterBar
 from tui.widgets.footer import WholeKeysFooter
 from tui.widgets.running import RunningNow
@@ -409,6 +410,7 @@ class DashboardScreen(Screen[None]):
         if task is not None:
             from tui.screens.actions import request_cancel
 
+            self.table.cursor_guard.acting_on(task.task_id)
             request_cancel(self, operator, task)
 
     def action_retry(self) -> None:
@@ -416,10 +418,16 @@ class DashboardScreen(Screen[None]):
         if operator is None:
             return
         task = self._selected()
-        if task is not None:
-            from tui.screens.actions import retry_task
+        if task is None:
+            return
+        left = self.table.cursor_guard.just_left()
+        if left is not None:
+            self.notify(moved_notice(left, task.short_id, "r", "retry"), severity="warning")
+            return
+        from tui.screens.actions import retry_task
 
-            retry_task(self, operator, task)
+        self.table.cursor_guard.acting_on(task.task_id)
+        retry_task(self, operator, task)
 
     def action_submit(self) -> None:
         operator = policy.operator_for(self.desk, "submit")

@@ -36,6 +36,7 @@ from tui.desk import Desk, desk_of
 from tui.format import age, clock_time, failure_line, shorten, when
 from tui.messages import LedgerChanged
 from tui.screens.provider_review import waits_for_review
+from tui.widgets.cursor_guard import CursorGuard, moved_notice
 from tui.widgets.data_table import DataTable
 from tui.widgets.footer import WholeKeysFooter
 
@@ -71,6 +72,7 @@ class FailuresScreen(Screen[None]):
         self.groups: dict[str, FailureGroup] = {}
         self.tasks: dict[str, TaskView] = {}
         self.current_group: str | None = None
+        self.cursor_guard = CursorGuard()
         self.awaiting: list[ProviderRequestView] = []  # as of the last read
         self._loaded_at = float("-inf")  # monotonic
         self._stale = False
@@ -249,6 +251,7 @@ class FailuresScreen(Screen[None]):
             self._tasks_loading = False
         table = self.query_one("#failure-tasks", DataTable)
         keep = None if reset_cursor else table.cursor_row
+        kept = None if reset_cursor else self._selected_task()
         self.tasks = {t.task_id: t for t in tasks}
         now = self.desk.clock()
         table.clear()
@@ -263,6 +266,12 @@ class FailuresScreen(Screen[None]):
             )
         table.border_subtitle = f"{len(self.tasks)} of {group.count}"
         if keep is not None and self.tasks:
+            # The cursor stays on its task; if that one left, on its row, and a key
+            # meant for the task that left is asked again (CursorGuard).
+            if kept is not None and kept.task_id in self.tasks:
+                keep = table.get_row_index(kept.task_id)
+            elif kept is not None:
+                self.cursor_guard.left(kept.task_id, kept.short_id)
             table.move_cursor(row=min(keep, len(self.tasks) - 1), animate=False)
 
     def on_ledger_changed(self, message: LedgerChanged) -> None:
@@ -284,6 +293,11 @@ class FailuresScreen(Screen[None]):
 
     @on(DataTable.RowHighlighted, "#failure-groups")
     def _group_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # A reload clears the table (the cursor to row 0) and then moves the cursor
+        # back to its group: the highlight of row 0 arrives after, and acted on, it
+        # showed another group for a moment and reset the tasks' cursor to the top.
+        if event.cursor_row != event.data_table.cursor_row:
+            return
         if event.row_key.value is not None:
             self._show_group(str(event.row_key.value))
 
@@ -326,8 +340,13 @@ class FailuresScreen(Screen[None]):
         if task is None:
             self.notify("no failed task selected", severity="warning")
             return
+        left = self.cursor_guard.just_left()
+        if left is not None:
+            self.notify(moved_notice(left, task.short_id, "r", "retry"), severity="warning")
+            return
         from tui.screens.actions import retry_task
 
+        self.cursor_guard.acting_on(task.task_id)
         retry_task(self, operator, task)
 
     def _task_for_review(self) -> TaskView | None:

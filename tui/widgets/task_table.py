@@ -40,6 +40,7 @@ from tui.format import (
     shorten,
     text_bar,
 )
+from tui.widgets.cursor_guard import CursorGuard
 from tui.widgets.task_columns import COLUMN_KEYS, COLUMNS, LABEL, WIDE, Layout, layout_for
 
 WINDOW_ROWS = 200  # rows held at most, the newest that match: several screens
@@ -180,6 +181,7 @@ class TaskTable(ScrollView, can_focus=True):
         self.sort_column = "age"
         self.sort_reverse = False
         self._cursor = 0
+        self.cursor_guard = CursorGuard()
         self._order: list[str] = []  # task ids, top row first
         self._index: dict[str, int] = {}  # task id -> row
         self._rows: dict[str, tuple[Signature, Strip]] = {}
@@ -358,6 +360,8 @@ class TaskTable(ScrollView, can_focus=True):
         if reorder:
             self._trim()
             self._resort(keep=selected.task_id if selected else None)
+        if removed and selected is not None and selected.task_id not in self.tasks:
+            self.cursor_guard.left(selected.task_id, selected.short_id)
         if removed and full:
             self.post_message(self.WindowShort(self))
 
