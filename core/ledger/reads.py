@@ -91,6 +91,9 @@ class Reads:
         against this ledger's review threshold."""
         return term_clause(term, self.review_below)
 
+    def _filter_clauses(self, task_filter: TaskFilter, conn: Connection) -> list[Any]:
+        return filter_clauses(task_filter, self._term_clause, conn, self.review_below)
+
     # ------------------------------------------------------------------ tasks
 
     async def get_task(self, task_id: str) -> TaskView:
@@ -142,9 +145,7 @@ class Reads:
         def tx(conn: Connection) -> list[TaskView]:
             # The filter's clauses in the transaction: a rare name is looked up first
             # (core.ledger.name_index).
-            listing = (
-                query.where(*filter_clauses(filter, self._term_clause, conn)) if filter else query
-            )
+            listing = query.where(*self._filter_clauses(filter, conn)) if filter else query
             return _views(conn, listing, options)
 
         return await self._tx.read(tx)
@@ -255,7 +256,7 @@ class Reads:
         def tx(conn: Connection) -> int:
             counted = matching
             if filter:
-                counted = counted.where(*filter_clauses(filter, self._term_clause, conn))
+                counted = counted.where(*self._filter_clauses(filter, conn))
             if at_most is not None:
                 counted = counted.limit(at_most + 1)
             query = select(func.count()).select_from(counted.subquery())

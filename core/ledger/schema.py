@@ -299,6 +299,9 @@ DOCUMENT_PAGES = Table(
     # a version's pages by decision, then confidence: a 500-page text document is
     # skipped past in one seek rather than read page by page.
     Index("ix_document_pages_review", "document_id", "decision", "confidence"),
+    # The other way round, for a page filter's few versions (core.ledger.pages,
+    # few_versions): which versions have an OCR page under the threshold, or skipped.
+    Index("ix_document_pages_decision", "decision", "confidence", "document_id"),
 )
 
 
