@@ -10,7 +10,7 @@ from pathlib import Path
 
 # What each revision added, as the statements that take it back.
 UNDO: dict[str, tuple[str, ...]] = {
-    "0019": ("DROP INDEX ix_document_pages_decision",),
+    "0019": ("DROP INDEX ix_document_pages_decision", "DROP INDEX ix_tasks_worker"),
     "0018": (
         "DROP TRIGGER chunks_fts_update",
         "DROP TRIGGER chunks_fts_delete",

@@ -37,7 +37,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.util import LRUCache
 
 from core.filters import PAGE_FIELDS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
-from core.ledger import name_index, pages
+from core.ledger import name_index, pages, worker_index
 from core.ledger.schema import DOCUMENTS, TASKS
 from core.states import ErrorCode, TaskStatus
 
@@ -214,6 +214,7 @@ def filter_clauses(
         conn.exec_driver_sql(CUSTOM_PLANS)
     patterns: dict[tuple[str | None, bool], list[str]] = defaultdict(list)
     wanted_names: dict[str | None, list[str]] = defaultdict(list)
+    wanted_workers: list[str] = []
     prefixes: dict[str, list[str]] = defaultdict(list)
     equal: dict[str, set[str]] = defaultdict(set)
     unequal: dict[str, set[str]] = defaultdict(set)
@@ -230,6 +231,8 @@ def filter_clauses(
                     wanted_names[term.field].append(prepare(term.value))
                 if not term.negate and term.field in _PREFIX_COLUMNS:
                     prefixes[term.field].append(prepare(term.value))
+                if not term.negate and term.field == "worker":
+                    wanted_workers.append(prepare(term.value))
         elif term.field in _EQUALITY_FIELDS:
             (unequal if term.negate else equal)[term.field].add(term.value)
         elif term.field == "attempt":
@@ -255,10 +258,15 @@ def filter_clauses(
         else []
     )
     clauses.extend(page_driver)
+    worker_driver = _worker_driver(conn, wanted_workers) if conn is not None else []
+    if worker_driver and worker_driver[0] is _NO_WORKER:
+        return [false()]  # no worker the ledger has seen holds the values
+    clauses.extend(worker_driver)
     # With a list driven from few documents, SQLite would still rather walk a
     # status's partial index in the list's order (no sort) than seek their tasks:
     # status:succeeded ocr:low read 0.5 s at a million, driven 17 ms.
-    status_seeks = not (drivers or page_driver) or conn is None or conn.dialect.name != "sqlite"
+    driven = bool(drivers or page_driver or worker_driver)
+    status_seeks = not driven or conn is None or conn.dialect.name != "sqlite"
     if conn is not None and conn.dialect.name == "sqlite":
         clauses.extend(_prefix_ranges(prefixes))
     for field, wanted in sorted(equal.items()):
@@ -281,6 +289,26 @@ def filter_clauses(
     clauses.extend(_attempt_clauses(attempts))
     clauses.extend(single(term) for term in others)
     return clauses
+
+
+_NO_WORKER = false()
+
+
+def _worker_driver(conn: Connection, values: list[str]) -> list[ColumnElement[bool]]:
+    """For wanted ``worker:`` values (all of which a task's worker must hold), the
+    workers they match when few tasks are theirs (core.ledger.worker_index):
+    ``worker_id IN (them)``, implied by the values' tests; ``[_NO_WORKER]`` when no
+    worker matches."""
+    if not values:
+        return []
+    workers = worker_index.matching_workers(conn, values, FILTERED)
+    if workers is None:
+        return []
+    if not workers:
+        return [_NO_WORKER]
+    if not worker_index.few_tasks(conn, workers, FILTERED):
+        return []
+    return [TASKS.c.worker_id.in_(workers)]
 
 
 def _page_driver(

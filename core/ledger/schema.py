@@ -181,6 +181,9 @@ TASKS = Table(
     Index("ix_tasks_error_created", "error_code", "created_at", "id"),
     # "Is this result already made, or being made?": by key, then status.
     Index("ix_tasks_processing_key", "processing_key", "status"),
+    # The workers a ledger has seen, a seek each, for a worker: filter
+    # (core.ledger.worker_index).
+    Index("ix_tasks_worker", "worker_id"),
 )
 
 
