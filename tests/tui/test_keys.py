@@ -3,10 +3,12 @@ refusals included."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 from textual.widgets import Button, DataTable, Input, Static
 
@@ -550,3 +552,40 @@ async def test_paging_keys_move_the_cursor_and_keep_it_in_view(empty: Seeded) ->
         assert tasks.cursor_row == 0 and tasks.scroll_y == 0
         await pilot.press("up")  # nothing above the top row
         assert tasks.cursor_row == 0
+
+
+async def test_a_slow_filter_read_says_so_in_the_title_until_its_rows_come(
+    seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A filter matching little of a million tasks can read for a second: the old rows
+    # stayed under the old title meanwhile, as if they were its answer.
+    app = make_app(seeded)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await ready(pilot, rows=len(seeded.tasks))
+        reads = app.desk.reads
+        gate = asyncio.Event()
+        real = reads.list_tasks
+
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            await gate.wait()  # the read, held until the test has seen the title
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(reads, "list_tasks", held)
+        await pilot.press("slash")
+        bar = dashboard(app).query_one(FilterBar)
+        bar.value = "code:parse_error !name:vendor"
+        await pilot.press("enter")
+        rows = table(app)
+        await wait_for(
+            pilot,
+            lambda: (
+                str(rows.border_title)
+                == "Tasks — code:parse_error !name:vendor · reading the ledger…"
+            ),
+            what="the reading sign",
+        )
+        gate.set()
+        await wait_for(pilot, lambda: set(rows.tasks) == {seeded.id("corrupt-export.md")})
+        await wait_for(
+            pilot, lambda: str(rows.border_title) == "Tasks — code:parse_error !name:vendor"
+        )

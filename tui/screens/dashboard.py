@@ -49,6 +49,10 @@ FILTER_COUNT_AT_MOST = 1000
 # each ROWS_REFRESH_S: at 5 000 rows that put idle CPU at 1.9 % (200: 0.8 %), at
 # 2 000 it stays near 1 %, with ~15 MB of rows. Past it, a filter finds older tasks.
 WINDOW_MAX_ROWS = 2000
+# A window read that takes longer than this says so in the table's title, with the
+# filter being read: a filter that matches little of a million tasks can take a
+# second, and the old rows under the old title looked like the answer.
+READING_SIGN_AFTER_S = 0.25  # seconds
 # Columns from which the side panel sits beside the table: the panel (40, app.tcss),
 # the table's border and scrollbar (3) and the narrow layout's row (77) fit, so the
 # error column stays whole. 120 columns is a common terminal width (and a common
@@ -105,6 +109,7 @@ class DashboardScreen(Screen[None]):
         self.set_class(True, *self._get_breakpoint_classes(width, self.HORIZONTAL_BREAKPOINTS))
         self.query_filter: TaskQuery = status_query(None)
         self._table_titles: tuple[str, str] | None = None
+        self._reading_shown = False  # the title says a window read is under way
         # Monotonic times: throttles, not what is shown.
         self._rows_refreshed_at = float("-inf")
         self._short_since: float | None = None
@@ -155,7 +160,19 @@ class DashboardScreen(Screen[None]):
     def table(self) -> TaskTable:
         return self.query_one(TaskTable)
 
+    def _title_reading(self, text: str) -> None:
+        self.table.border_title = plain(f"Tasks — {text or 'all'} · reading the ledger…")
+        self._reading_shown = True
+
+    def _end_reading(self) -> None:
+        """The rows of the read under way are in: titles follow them again."""
+        if self._reading_shown:
+            self._reading_shown = False
+            self._table_titles = None  # whatever comes next is drawn
+
     def _title_table(self, shown: int) -> None:
+        if self._reading_shown:
+            return  # the old rows are not the filter's answer: the sign stays
         table = self.table
         text = self.query_filter.text
         total = self._matching_total()
@@ -194,10 +211,12 @@ class DashboardScreen(Screen[None]):
         # A window the operator paged past its end is refilled as deep as it was.
         first = min(table.visible_rows + 1, table.window)
         keep = table.selected.task_id if table.selected is not None else None
+        sign = self.set_timer(READING_SIGN_AFTER_S, lambda: self._title_reading(query.text))
         try:
             for limit in dict.fromkeys((first, table.window)):
                 tasks = await query.window(reads, limit)
                 table.load(tasks, desk.clock(), keep=keep)
+                self._end_reading()
                 self._close_bar_soon()
                 # The count boxes show the new filter in the same frame as its rows:
                 # a frame of its own would make the rows wait for the next one.
@@ -212,6 +231,11 @@ class DashboardScreen(Screen[None]):
             self._close_bar_soon()
             self.notify(failure_line(exc), severity="error", title="cannot load the tasks")
             return
+        finally:
+            sign.stop()
+            if self._reading_shown:  # cut short: the title of the rows there are
+                self._end_reading()
+                self._title_table(len(table.tasks))
         self._short_since = None
 
     def on_task_table_wants_older(self, _message: TaskTable.WantsOlder) -> None:
