@@ -259,8 +259,6 @@ def filter_clauses(
     )
     clauses.extend(page_driver)
     worker_driver = _worker_driver(conn, wanted_workers) if conn is not None else []
-    if worker_driver and worker_driver[0] is _NO_WORKER:
-        return [false()]  # no worker the ledger has seen holds the values
     clauses.extend(worker_driver)
     # With a list driven from few documents, SQLite would still rather walk a
     # status's partial index in the list's order (no sort) than seek their tasks:
@@ -291,21 +289,18 @@ def filter_clauses(
     return clauses
 
 
-_NO_WORKER = false()
-
-
 def _worker_driver(conn: Connection, values: list[str]) -> list[ColumnElement[bool]]:
     """For wanted ``worker:`` values (all of which a task's worker must hold), the
     workers they match when few tasks are theirs (core.ledger.worker_index):
-    ``worker_id IN (them)``, implied by the values' tests; ``[_NO_WORKER]`` when no
-    worker matches."""
+    ``worker_id IN (them)``, implied by the values' tests; a constant false when no
+    worker matches (the database tests it once, before reading a row)."""
     if not values:
         return []
     workers = worker_index.matching_workers(conn, values, FILTERED)
     if workers is None:
         return []
     if not workers:
-        return [_NO_WORKER]
+        return [false()]
     if not worker_index.few_tasks(conn, workers, FILTERED):
         return []
     return [TASKS.c.worker_id.in_(workers)]

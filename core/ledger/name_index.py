@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.selectable import NamedFromClause
 
+from core.ledger.rows import at_most
 from core.ledger.schema import DOCUMENTS, TASKS
 
 TRIGRAM = 3  # characters of the shortest value the index can find
@@ -119,7 +120,7 @@ def few_named(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:
     exists = text("SELECT to_regclass(:name)")
     if conn.execute(exists, {"name": POSTGRES_INDEX}, execution_options=options).scalar() is None:
         return False
-    if _at_most(conn, named_documents(conn.dialect.name, value), FEW_DOCUMENTS, options):
+    if at_most(conn, named_documents(conn.dialect.name, value), FEW_DOCUMENTS, options):
         return True
     return not _newest_hold_a_page(conn, value, options)
 
@@ -142,7 +143,7 @@ def _newest_hold_a_page(conn: Connection, value: str, options: Mapping[str, Any]
         .select_from(newest.join(named, named.c.id == newest.c.document_id))
         .where(_named(named, conn.dialect.name, value))
     )
-    return not _at_most(conn, matches, PAGE_MATCHES - 1, options)
+    return not at_most(conn, matches, PAGE_MATCHES - 1, options)
 
 
 def _sqlite_drives(conn: Connection, value: str, options: Mapping[str, Any]) -> bool:
@@ -155,11 +156,4 @@ def _sqlite_drives(conn: Connection, value: str, options: Mapping[str, Any]) -> 
     passed = int(conn.execute(newest_rowid, execution_options=options).scalar() or 0) - rowid
     # Gathering n documents beats reading ``passed`` tasks in order while n stays under:
     bound = min(passed * SCAN_US_PER_TASK // DRIVE_US_PER_DOCUMENT, COUNT_MAX)
-    return bound > PAGE_MATCHES and _at_most(conn, _indexed(value), bound, options)
-
-
-def _at_most(conn: Connection, rows: Select[Any], bound: int, options: Mapping[str, Any]) -> bool:
-    """Whether ``rows`` are at most ``bound`` (counted no further)."""
-    bounded = rows.limit(bound + 1).subquery()
-    counted = conn.execute(select(func.count()).select_from(bounded), execution_options=options)
-    return int(counted.scalar() or 0) <= bound
+    return bound > PAGE_MATCHES and at_most(conn, _indexed(value), bound, options)

@@ -42,6 +42,7 @@ from sqlalchemy.sql import Select
 from core.errors import ERROR_DETAIL_MAX
 from core.filters import Term
 from core.ledger.prepared import Prepared
+from core.ledger.rows import at_most
 from core.ledger.schema import DOCUMENT_PAGES
 from core.states import PageDecision
 
@@ -298,9 +299,7 @@ def few_versions(
     that match: ``ocr:low`` on a ledger of a million tasks and a few scans read them
     all (0.8 s). Executed with ``options``: the filters' own statement cache."""
     versions = select(P.document_id).where(condition).distinct()
-    bounded = versions.limit(FEW_VERSIONS + 1).subquery()
-    counted = conn.execute(select(func.count()).select_from(bounded), execution_options=options)
-    return versions if int(counted.scalar() or 0) <= FEW_VERSIONS else None
+    return versions if at_most(conn, versions, FEW_VERSIONS, options) else None
 
 
 def has_page(document_id: Any, condition: ColumnElement[bool]) -> ColumnElement[bool]:

@@ -243,3 +243,11 @@ def record_document_event(
             reason=reason,
         )
     )
+
+
+def at_most(conn: Connection, rows: Select[Any], bound: int, options: Mapping[str, Any]) -> bool:
+    """Whether ``rows`` are at most ``bound`` (counted no further): whether a filter's
+    few documents, versions or tasks are few enough to start a list from them."""
+    bounded = rows.limit(bound + 1).subquery()
+    counted = conn.execute(select(func.count()).select_from(bounded), execution_options=options)
+    return int(counted.scalar() or 0) <= bound

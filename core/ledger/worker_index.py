@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
+from core.ledger.rows import at_most
 from core.ledger.schema import TASKS
 
 # Distinct worker ids enumerated at most: past this the ledger has seen too many
@@ -66,8 +67,5 @@ def matching_workers(
 
 def few_tasks(conn: Connection, workers: Sequence[str], options: Mapping[str, Any]) -> bool:
     """Whether ``workers`` ran at most :data:`FEW_TASKS` tasks (counted no further)."""
-    theirs = select(TASKS.c.id).where(TASKS.c.worker_id.in_(workers)).limit(FEW_TASKS + 1)
-    counted = conn.execute(
-        select(func.count()).select_from(theirs.subquery()), execution_options=options
-    )
-    return int(counted.scalar() or 0) <= FEW_TASKS
+    theirs = select(TASKS.c.id).where(TASKS.c.worker_id.in_(workers))
+    return at_most(conn, theirs, FEW_TASKS, options)
