@@ -42,8 +42,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, bindparam, delete, func, literal_column, select, tuple_
+from sqlalchemy import String, any_, bindparam, delete, func, literal_column, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from core.ledger.schema import EVENTS, TASKS
 from core.ledger.transactions import Transactions
@@ -109,6 +111,17 @@ def _old(status: TaskStatus, cutoff: float) -> list[Any]:
         TASKS.c.updated_at < cutoff,
         TASKS.c.index_id.is_(None),
     ]
+
+
+def _one_of(conn: Connection, column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
+    """``column`` is one of the list bound as ``name``. On PostgreSQL one array
+    parameter (``= ANY``): an expanding IN is another statement for every length of
+    list, and a chunk's length changes with its pace (1 to CHUNK_MAX), so asyncpg
+    prepared one statement per length, a round trip each, and its cache of 100 turned
+    over under the lock. SQLite has no arrays, and prepares in-process."""
+    if conn.dialect.name == "postgresql":
+        return column == any_(bindparam(name, type_=ARRAY(String)))
+    return column.in_(bindparam(name, expanding=True))
 
 
 def _count(conn: Connection, statuses: tuple[TaskStatus, ...], cutoff: float) -> tuple[int, int]:
@@ -225,7 +238,7 @@ def _held_batch(
         gone = (
             conn.execute(
                 delete(TASKS)
-                .where(TASKS.c.id.in_(bindparam("ids", expanding=True)))
+                .where(_one_of(conn, TASKS.c.id, "ids"))
                 # Still finished before the cutoff (a retry since the pick changes
                 # both). As an IN of every status pruned, which no index serves: an
                 # equality (spelled or bound: SQLite plans with the bound value) lets
@@ -244,7 +257,7 @@ def _held_batch(
         if gone:
             events += int(
                 conn.execute(
-                    delete(EVENTS).where(EVENTS.c.task_id.in_(bindparam("gone", expanding=True))),
+                    delete(EVENTS).where(_one_of(conn, EVENTS.c.task_id, "gone")),
                     {"gone": list(gone)},
                 ).rowcount
                 or 0

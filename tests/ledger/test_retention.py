@@ -161,7 +161,13 @@ class _TaskCost:
         @event.listens_for(engine, "after_cursor_execute")
         def _deleted(_c: object, _cur: object, statement: str, params: object, *_: object) -> None:
             if statement.lstrip().upper().startswith("DELETE FROM INGESTION_TASKS"):
-                ids = [p for p in (params or ()) if isinstance(p, str)]  # type: ignore[attr-defined]
+                # An expanding IN binds each id; PostgreSQL's = ANY binds one list.
+                ids = [
+                    i
+                    for p in (params or ())  # type: ignore[attr-defined]
+                    for i in (p if isinstance(p, list | tuple) else [p])
+                    if isinstance(i, str)
+                ]
                 self.now += self.per_task * len(ids)
 
 
@@ -206,6 +212,50 @@ async def test_a_batch_follows_the_time_its_tasks_take(settings: Settings) -> No
     assert pruned.longest_batch_s == pytest.approx(200 * ms)
     assert pruned.over_bound == 1
     assert pruned.tasks == sum(n for _, n in sizes)
+
+
+async def test_on_postgresql_a_delete_is_one_statement_whatever_its_chunk(
+    settings: Settings,
+) -> None:
+    """A chunk's size follows its pace, so an expanding IN was another statement for
+    every size, each prepared by asyncpg (whose cache of 100 turned over): on
+    PostgreSQL the ids go as one array, and each DELETE is one statement."""
+    if not settings.db_url.startswith("postgresql"):
+        pytest.skip("SQLite prepares in-process; an IN of each length costs no round trip")
+    from sqlalchemy import event
+
+    now = time.time()
+    await build(settings, 1_000, now=now)
+    ms = 1 / 1024
+    cost = _TaskCost(per_task=ms)
+    sizes: list[int] = []
+    deletes: set[str] = set()
+
+    def heard(tasks: int, _events: int) -> None:
+        sizes.append(tasks)
+        cost.per_task = ms * (1 + len(sizes) % 7)  # a pace that keeps changing
+
+    async with await Ledger.open(settings) as ledger:
+        cost.listen(ledger)
+        engine = vars(ledger.transactions)["engine"].sync_engine
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _seen(_c: object, _cur: object, statement: str, *_: object) -> None:
+            if statement.lstrip().upper().startswith("DELETE"):
+                deletes.add(" ".join(statement.split()))
+
+        pruned = await prune_tasks(
+            ledger.transactions,
+            older_than_s=SPAN_S / 2,
+            now=now,
+            include_failed=True,
+            batch_target_s=20 * ms,
+            on_batch=heard,
+            clock=cost.clock,
+        )
+        await assert_counted(ledger)
+    assert pruned.tasks > 0 and len(set(sizes)) >= 3  # chunks of many sizes...
+    assert len(deletes) == 2, deletes  # ...in one DELETE of tasks and one of history
 
 
 async def test_a_task_retried_after_the_pick_stays(settings: Settings) -> None:
