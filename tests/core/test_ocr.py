@@ -603,6 +603,45 @@ def test_the_processing_key_changes_with_the_ocr_engine_language_data_and_dpi(
     assert "ocr" not in format_info(DocumentKind.DOCX, "pypdf")
 
 
+@needs_engine
+def test_data_installed_while_a_worker_runs_counts_within_seconds_not_looked_up_per_pdf(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A worker makes a processing key for every PDF; what is installed is looked up
+    again every INSTALLED_TRUSTED_S, so language data installed meanwhile counts from
+    a PDF taken a few seconds later, and the PDFs in between cost no look-up."""
+    now = [1_000.0]
+    monkeypatch.setattr(ocr, "_clock", lambda: now[0])
+    monkeypatch.setattr(ocr, "_recent", None)
+    monkeypatch.delenv("TESSDATA_PREFIX", raising=False)
+    monkeypatch.setattr(ocr, "DEBIAN_TESSDATA_GLOB", str(tmp_path / "*" / "tessdata"))
+    looked: list[float] = []
+    real = ocr._installed
+
+    def counted() -> tuple[bool, Path | None]:
+        looked.append(now[0])
+        return real()
+
+    monkeypatch.setattr(ocr, "_installed", counted)
+    assert format_info(DocumentKind.PDF, "pypdf")["ocr"] == "unavailable"
+    data = tmp_path / "5.00" / "tessdata"
+    data.mkdir(parents=True)
+    (data / "eng.traineddata").write_bytes(b"a model")
+    now[0] += ocr.INSTALLED_TRUSTED_S / 2
+    for _ in range(100):
+        assert format_info(DocumentKind.PDF, "pypdf")["ocr"] == "unavailable"
+    now[0] += ocr.INSTALLED_TRUSTED_S
+    assert format_info(DocumentKind.PDF, "pypdf")["ocr"].startswith("tesserocr ")
+    assert len(looked) == 2
+    # TESSDATA_PREFIX is read each time: another data directory counts at once.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "eng.traineddata").write_bytes(b"another model")
+    before = format_info(DocumentKind.PDF, "pypdf")["ocr_data"]
+    monkeypatch.setenv("TESSDATA_PREFIX", str(other))
+    assert format_info(DocumentKind.PDF, "pypdf")["ocr_data"] != before
+
+
 # --- through a worker -----------------------------------------------------------------
 
 

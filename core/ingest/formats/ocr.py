@@ -71,6 +71,12 @@ OCR_RULES_VERSION = "1"
 
 DEBIAN_TESSDATA_GLOB = "/usr/share/tesseract-ocr/*/tessdata"
 ENGINE_DISTRIBUTION = "tesserocr"
+# How long a worker trusts what it last found installed when it makes a processing key:
+# the look-up (an import-system search and a glob of Debian's data directories) took
+# ~0.35 ms of the event loop's CPU for every PDF, a tenth of a one-page PDF's worker
+# CPU. An engine or data installed while a worker runs still counts from the PDF it
+# takes a few seconds later. Keyed on TESSDATA_PREFIX too: a change of it counts at once.
+INSTALLED_TRUSTED_S = 5.0  # seconds
 INSTALL_DATA = f"apt-get install tesseract-ocr-{OCR_LANGUAGE}"
 INSTALL_ENGINE = "pip install tesserocr"
 
@@ -101,6 +107,22 @@ def _version_order(path: str) -> tuple[int, ...]:
 def _installed() -> tuple[bool, Path | None]:
     """Whether the engine is installed, and where its language data is (None: not)."""
     return importlib.util.find_spec(ENGINE_DISTRIBUTION) is not None, tessdata_dir()
+
+
+_recent: tuple[float, str | None, str, tuple[bool, Path | None]] | None = None
+_clock = time.monotonic
+
+
+def _installed_recently() -> tuple[bool, Path | None]:
+    """:func:`_installed`, as found at most INSTALLED_TRUSTED_S ago."""
+    global _recent
+    now, prefix = _clock(), os.environ.get("TESSDATA_PREFIX")
+    seen, where = _recent, (prefix, DEBIAN_TESSDATA_GLOB)
+    if seen is not None and now - seen[0] < INSTALLED_TRUSTED_S and seen[1:3] == where:
+        return seen[3]
+    found = _installed()
+    _recent = (now, prefix, DEBIAN_TESSDATA_GLOB, found)
+    return found
 
 
 def unavailable_reason() -> str | None:
@@ -135,9 +157,9 @@ def engine_fingerprint() -> dict[str, str]:
     language and a digest of its data, the resolution and the rules' version. Says
     ``unavailable`` when OCR cannot run, so a document read without OCR gets a new
     key (and is read again) once it is installed."""
-    # Asked for every PDF a worker takes: whether OCR can run is looked up live (an
-    # install is noticed at the next document), the data directory once, not twice.
-    engine, data = _installed()
+    # Asked for every PDF a worker takes: whether OCR can run is looked up again every
+    # few seconds (an install is noticed then), the data directory once, not twice.
+    engine, data = _installed_recently()
     if not engine or data is None:
         return {"ocr": "unavailable"}
     return {
