@@ -348,6 +348,27 @@ async def test_the_event_loop_keeps_answering_during_a_big_batch(
     assert ticks > 10  # embedded on the loop, the ticker would not have run at all
 
 
+async def test_a_small_batch_on_the_loop_keeps_the_gil_a_thread_gives_it_up(
+    embedder: WordLlamaEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small document's chunks are embedded on the event loop without time.sleep(0):
+    each one had the loop wait to get the GIL back from the ledger's threads. A
+    thread's batch (embed_now) still gives it up, so the loop keeps answering."""
+    import types
+
+    embedder.load()
+    texts = [t for t in real_chunks() if len(t) < 1_000][:6]
+    assert sum(map(len, texts)) <= wordllama_embedder.EMBED_ON_LOOP_MAX_CHARS
+    yields: list[float] = []
+    now = iter(range(1_000_000))  # every look at the clock is a second later
+    fake_time = types.SimpleNamespace(perf_counter=lambda: float(next(now)), sleep=yields.append)
+    monkeypatch.setattr(wordllama_embedder, "time", fake_time)
+    on_loop = await embedder.embed(texts)
+    assert yields == []
+    assert embedder.embed_now(texts) == on_loop
+    assert len(yields) >= len(texts) - 1
+
+
 def test_the_model_loads_once_for_concurrent_first_calls() -> None:
     code = """
 import threading
