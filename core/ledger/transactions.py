@@ -21,9 +21,7 @@ checkpoints, so none is ever held across a sleep.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
-import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,7 +43,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-SQLITE_THREADS = 4  # threads running SQLite transactions (writers still take turns)
+SQLITE_THREADS = 4  # threads running SQLite reads (writes have a thread of their own)
 SQLITE_POOL_SIZE = 8  # connections kept open per SQLite ledger
 WRITE_OPTION = "ingestdesk_write"
 # Serialises ledger writers on PostgreSQL (see the module docstring).
@@ -209,9 +207,9 @@ class SqliteTransactions:
         _install_sqlite_hooks(self.engine, synchronous, settings.sqlite_busy_timeout_ms)
         self._writer = self.engine.execution_options(**{WRITE_OPTION: True})
         self._threads = ThreadPoolExecutor(SQLITE_THREADS, thread_name_prefix="ledger")
-        # One turn of writing per event loop using this ledger (see write()).
-        self._write_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]
-        self._write_turns = weakref.WeakKeyDictionary()
+        # Every write of this process runs on this one thread, one after another (see
+        # write()); reads keep the pool.
+        self._writes = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
 
     def _run(self, tx: Callable[[Connection], T], write: bool) -> T:
         try:
@@ -228,37 +226,25 @@ class SqliteTransactions:
         return await loop.run_in_executor(self._threads, self._run, tx, False)
 
     async def write(self, tx: Callable[[Connection], T]) -> T:
-        # This process's writers take turns here rather than on SQLite's busy
-        # handler, which polls the lock with sleeps of 1, 2, 5, 10... ms: one worker's
-        # four tasks in flight met it at 440 of 1 085 writes (2.1 s waiting in a 5 s
-        # run of 1 000 small documents). The turn ends when the transaction's thread
-        # is done, even if its caller was cancelled meanwhile. Other processes'
-        # writers still queue on busy_timeout.
+        # This process's writers queue for one thread rather than meet on SQLite's
+        # busy handler, which polls a held write lock with sleeps of 1, 2, 5, 10...
+        # ms: one worker's four tasks in flight met it at 440 of 1 085 writes (2.1 s
+        # waiting in a 5 s run of 1 000 small documents). The thread takes the next
+        # write as soon as one commits, without waiting for the event loop: on small
+        # documents writes are a worker's bottleneck (its write turn was taken 88 % of
+        # the time), and a hand-over through the loop waited for the GIL while the
+        # loop embedded. A caller cancelled before its write starts leaves it unrun.
+        # Other processes' writers still queue on busy_timeout.
         loop = asyncio.get_running_loop()
-        turn = self._write_turns.get(loop)
-        if turn is None:
-            turn = self._write_turns[loop] = asyncio.Lock()
-        await turn.acquire()
-        try:
-            done = self._threads.submit(self._run, tx, True)
-        except BaseException:
-            turn.release()
-            raise
-        done.add_done_callback(lambda _: _release_soon(loop, turn))
-        return await asyncio.wrap_future(done)
+        return await loop.run_in_executor(self._writes, self._run, tx, True)
 
     async def prepare(self) -> None:
         await _migrate(self, self.url)
 
     async def close(self) -> None:
         self._threads.shutdown(wait=True)
+        self._writes.shutdown(wait=True)
         self.engine.dispose()
-
-
-def _release_soon(loop: asyncio.AbstractEventLoop, turn: asyncio.Lock) -> None:
-    """Release ``turn`` on its loop (called from the transaction's thread)."""
-    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits for it
-        loop.call_soon_threadsafe(turn.release)
 
 
 def _install_sqlite_hooks(engine: Engine, synchronous: str, busy_timeout_ms: int) -> None:

@@ -1,4 +1,4 @@
-"""A SQLite ledger's writers in one process take turns on the event loop, not on
+"""A SQLite ledger's writers in one process queue for one writer thread, not on
 SQLite's busy handler (which polls the write lock with sleeps of 1, 2, 5, 10... ms).
 
 With ``busy_timeout`` 0 a writer that meets the lock held fails at once ("database
