@@ -37,6 +37,8 @@ DAYS_MAX = 36_500
 # than an upload may take (its body's deadline, 300 s by default, then its commit)
 STALE_AFTER_S = 3600.0
 OBJECTS_PER_TRANSACTION = 500  # orphans checked and removed under one write lock
+# seconds between progress lines while prune removes tasks (a million take minutes)
+PROGRESS_EVERY_S = 5.0
 
 
 @dataclass
@@ -104,7 +106,30 @@ async def _old_keys(ledger: Ledger, older_than_s: float) -> int:
     return int(await ledger.transactions.read(lambda conn: conn.execute(query).scalar_one()))
 
 
-async def _prune_tasks(ledger: Ledger, args: argparse.Namespace) -> tuple[dict[str, object], str]:
+class _PruneProgress:
+    """Hears of each batch; says how far the prune got, every PROGRESS_EVERY_S."""
+
+    def __init__(self, out: Output) -> None:
+        self.out = out
+        self.started = self.said = time.monotonic()
+        self.tasks = self.events = 0
+
+    def __call__(self, tasks: int, events: int) -> None:
+        self.tasks += tasks
+        self.events += events
+        now = time.monotonic()
+        if now - self.said >= PROGRESS_EVERY_S:
+            self.said = now
+            rate = self.tasks / max(now - self.started, 1e-6)
+            self.out.log(
+                f"pruning: {self.tasks} tasks and {self.events} history rows removed so far "
+                f"({rate:.0f} tasks/s)"
+            )
+
+
+async def _prune_tasks(
+    ledger: Ledger, args: argparse.Namespace, out: Output
+) -> tuple[dict[str, object], str]:
     """Finished tasks and their history (core.ledger.retention), when asked."""
     from core.ledger.retention import prune_tasks
 
@@ -119,6 +144,7 @@ async def _prune_tasks(ledger: Ledger, args: argparse.Namespace) -> tuple[dict[s
         now=ledger.clock(),
         include_failed=args.include_failed,
         dry_run=args.dry_run,
+        on_batch=_PruneProgress(out),
     )
     kinds = "succeeded, cancelled and failed" if args.include_failed else "succeeded and cancelled"
     verb = "would remove" if args.dry_run else "removed"
@@ -143,7 +169,7 @@ async def cmd_prune(ledger: Ledger, args: argparse.Namespace, out: Output) -> No
     [--include-failed]] [--dry-run]``: forget old idempotency keys (and, when asked,
     finished tasks and their history); remove stale incoming files and objects
     nothing references."""
-    tasks, tasks_line = await _prune_tasks(ledger, args)
+    tasks, tasks_line = await _prune_tasks(ledger, args, out)
     removed = Removed()
     older_than_s = args.older_than * DAY_S
     if args.dry_run:

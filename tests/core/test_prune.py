@@ -5,12 +5,17 @@ first. A real ledger (SQLite and PostgreSQL), a real store, the real CLI."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 from pathlib import Path
 
+import pytest
+
+from bench.million import build
 from core import Settings
+from core.cli import main, maintenance
 from core.cli.maintenance import STALE_AFTER_S
 from core.store import INCOMING_PREFIX, ObjectStore
 from tests.api.conftest import cli
@@ -74,3 +79,28 @@ def test_an_old_object_found_again_by_an_upload_is_young_again(tmp_path: Path) -
     _age(store.path_of(key), 2 * STALE_AFTER_S)
     store.put(b"the same bytes twice")
     assert time.time() - store.path_of(key).stat().st_mtime < STALE_AFTER_S
+
+
+def test_a_long_prune_of_tasks_says_how_far_it_got(
+    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A million tasks take minutes to prune: a person sees a line every
+    PROGRESS_EVERY_S (here every batch) with what is removed so far; --json keeps
+    stdout one value."""
+    asyncio.run(build(settings, 1_000))
+    monkeypatch.setattr(maintenance, "PROGRESS_EVERY_S", 0.0)
+    for name in [k for k in os.environ if k.startswith("INGESTDESK_")]:
+        monkeypatch.delenv(name)
+    common = ["--db", settings.db_url, "--store", str(settings.store_root), "prune"]
+    assert main([*common, "--tasks-older-than", "30", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)  # one value, no progress lines
+    assert answer["tasks_removed"] > 0 and answer["batches"] > 1
+
+    assert main([*common, "--tasks-older-than", "1", "--include-failed"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said = [line for line in lines if line.startswith("pruning: ")]
+    removed = [int(line.split()[1]) for line in said]
+    assert len(removed) > 1 and removed == sorted(removed) and removed[0] > 0
+    assert all(line.endswith(" tasks/s)") for line in said)
+    total = int(lines[-1].split()[1])  # "removed N succeeded, cancelled and failed tasks…"
+    assert lines[-1].startswith("removed ") and total == removed[-1]
