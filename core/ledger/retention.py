@@ -31,16 +31,14 @@ call), so that time held no one up, but it hid the lock's. A batch now commits w
 auto-checkpoint off and then checkpoints (PASSIVE), so COMMIT's call is the lock's,
 and the checkpoints stay the pruner's: left to the workers' connections they went
 into their claims (claim p99 31 -> 93 ms).
-Python's cyclic garbage collector is paused while a batch holds the lock: the one
-batch of 3 000 past 50 ms at 1 000 000 tasks (70-90 ms, on SQLite and PostgreSQL,
-with no wait for a CPU) was a full collection (70 ms) run by the batch's thread.
+Python's garbage collector is paused while a batch holds the lock
+(:func:`core.gc_tuning.collection_paused` says why).
 The task counters follow every delete (their triggers, core.ledger.counters).
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,6 +49,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from core.gc_tuning import collection_paused
 from core.ledger.schema import EVENTS, TASKS
 from core.ledger.transactions import Transactions
 from core.states import TaskStatus
@@ -203,13 +202,9 @@ def _batch(
     pace: _Pace,
     clock: Callable[[], float],
 ) -> _Held:
-    # A collection that is due waits until the lock is released: it runs on the
-    # first allocation after gc.enable(), outside the transaction. Paused for the
-    # whole process (the collector has no per-thread switch), for one batch's ~20 ms.
-    collecting = gc.isenabled()
-    gc.disable()
     try:
-        return _held_batch(conn, picked, statuses, cutoff, pace, clock)
+        with collection_paused():  # a collection would hold the lock with it
+            return _held_batch(conn, picked, statuses, cutoff, pace, clock)
     except BaseException:
         if conn.dialect.name == "sqlite":
             # A batch cut short goes back to the pool checkpointing as it came.
@@ -217,9 +212,6 @@ def _batch(
             if raw is not None:
                 raw.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}").fetchall()
         raise
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _held_batch(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -142,6 +143,12 @@ async def test_a_prune_racing_claims_loses_no_live_task(settings: Settings) -> N
         await assert_counted(pruner)
 
 
+def _engine(ledger: Ledger) -> Any:
+    """The synchronous engine either backend's runner has, where events are heard."""
+    engine = vars(ledger.transactions)["engine"]
+    return getattr(engine, "sync_engine", engine)
+
+
 class _TaskCost:
     """A clock that moves only when the pruner deletes tasks: ``per_task`` seconds a
     task, so how long a chunk takes is the test's to say, whatever the machine."""
@@ -156,10 +163,7 @@ class _TaskCost:
     def listen(self, ledger: Ledger) -> None:
         from sqlalchemy import event
 
-        engine = vars(ledger.transactions)["engine"]  # either backend's runner has one
-        engine = getattr(engine, "sync_engine", engine)
-
-        @event.listens_for(engine, "after_cursor_execute")
+        @event.listens_for(_engine(ledger), "after_cursor_execute")
         def _deleted(_c: object, _cur: object, statement: str, params: object, *_: object) -> None:
             if statement.lstrip().upper().startswith("DELETE FROM INGESTION_TASKS"):
                 # An expanding IN binds each id; PostgreSQL's = ANY binds one list.
@@ -235,8 +239,7 @@ async def test_no_garbage_collection_runs_while_a_batch_holds_the_lock(
 
     thresholds = gc.get_threshold()
     async with await Ledger.open(settings) as ledger:
-        engine = vars(ledger.transactions)["engine"]
-        engine = getattr(engine, "sync_engine", engine)
+        engine = _engine(ledger)
 
         @event.listens_for(engine, "before_cursor_execute")
         def _deleting(_c: object, _cur: object, statement: str, *_: object) -> None:
