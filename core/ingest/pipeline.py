@@ -189,7 +189,9 @@ class Pipeline:
         except Exception as exc:
             if is_disk_full(exc):
                 # The machine's fault, not the document's: retried with backoff. If
-                # even the failure cannot be written, the worker rides it out.
+                # even the failure cannot be written, LedgerFull leaves here: a
+                # looping worker rides it out and gives the claim back, a one-off
+                # run ends with the tempfail code.
                 return await fail(ErrorCode.DISK_FULL, _disk_full_detail(exc))
             if isinstance(exc, LedgerUnreachable):
                 raise  # nothing can be recorded now: the worker gives the claim back

@@ -353,17 +353,23 @@ class Worker:
         it out and answer IDLE_POLL_MIN_S (a draining worker ends instead, with the
         fault)."""
         try:
-            return await step()
+            answer = await step()
         except LedgerUnreachable as exc:
             if until_idle:
                 raise
             await self._ride_out(exc)
             return IDLE_POLL_MIN_S
+        # Only a whole step (its writes too) ends an outage: a full disk still
+        # answers the read that ended the wait, and saying "back" on it flapped a
+        # pair of lines every half second with the backoff never growing.
+        self._outage.back()
+        return answer
 
     async def _ride_out(self, fault: LedgerUnreachable) -> None:
         """Wait for the ledger with capped exponential backoff and jitter, looking
         with one cheap read, until it answers or the worker is stopped. Running tasks
-        carry on meanwhile (their writes fail and strand them, or succeed)."""
+        carry on meanwhile (their writes fail and strand them, or succeed). The
+        outage goes on until a step succeeds (see _ledger_step)."""
         self._state = LEDGER_UNAVAILABLE
         try:
             while not self._stop.is_set():
@@ -375,7 +381,6 @@ class Worker:
                 except LedgerUnreachable as again:
                     fault = again
                     continue
-                self._outage.back()
                 return
         finally:
             self._state = "idle"

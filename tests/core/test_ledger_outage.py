@@ -262,6 +262,22 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
+def fill_at(disk: Path, leave: int, line: str) -> Callable[[WorkerEvent], None]:
+    """A worker's event hook that fills ``disk`` once (leaving ``leave`` bytes), when
+    the worker first says ``line``: the disk is full from that stage on whatever the
+    machine's speed. (Filled before the claim, the progress commits in between ate
+    the room left, more of them the slower the machine, and the test was flaky.)"""
+    filled = False
+
+    def hear(event: WorkerEvent) -> None:
+        nonlocal filled
+        if event.line.startswith(line) and not filled:
+            filled = True
+            fill(disk, leave)
+
+    return hear
+
+
 async def test_a_full_disk_while_indexing_is_disk_full_and_retried(small_disk: Path) -> None:
     """A full disk during indexing was a permanent internal_error ("report a bug").
     It is the machine's fault: disk_full, retried with backoff, and the same task
@@ -272,13 +288,13 @@ async def test_a_full_disk_while_indexing_is_disk_full_and_retried(small_disk: P
     big = b"# big\n\n" + b"".join(b"word%d " % i for i in range(60_000))
     async with await Ledger.open(settings) as ledger, ParserPool(workers=1) as pool:
         task_id = await add(ledger, big, "big.md")
-        filler = fill(small_disk, HEADROOM)
-        worker = Worker(ledger, "filler", pool=pool, register=False)
+        hook = fill_at(small_disk, HEADROOM, "stage=indexing")
+        worker = Worker(ledger, "filler", pool=pool, register=False, on_event=hook)
         assert await worker.run_one()
         view = await ledger.reads.get_task(task_id)
         assert (view.status, view.error_code) == (TaskStatus.RETRY_WAIT, ErrorCode.DISK_FULL)
         assert view.next_attempt_at is not None and view.next_attempt_at > ledger.clock()
-        filler.unlink()
+        (small_disk / "filler").unlink()
         # Due now (the backoff is the queue's business, tested with it).
         await ledger.transactions.write(
             lambda conn: conn.execute(
@@ -288,6 +304,52 @@ async def test_a_full_disk_while_indexing_is_disk_full_and_retried(small_disk: P
         )
         assert await Worker(ledger, "roomy", pool=pool, register=False).run_one()
         assert (await ledger.reads.get_task(task_id)).status is TaskStatus.SUCCEEDED
+
+
+async def test_a_disk_too_full_to_record_the_failure_is_ridden_out(small_disk: Path) -> None:
+    """When the disk fills so far that not even the failure can be written, the task
+    cannot say disk_full: the looping worker keeps the claim and says once that the
+    ledger is full. A full disk still answers reads, and a read that answered ended
+    the outage: "back" and "unavailable" again every half second, the backoff never
+    growing. It is back once a write goes through: the claim is given back, its
+    attempt not counted, and the task runs."""
+    settings = Settings(
+        db_url=sqlite_url(small_disk / "ledger.db"), store_root=small_disk.parent / "objects"
+    )
+    events: list[WorkerEvent] = []
+    hook = fill_at(small_disk, 0, "stage=indexing")
+
+    def hear(event: WorkerEvent) -> None:
+        events.append(event)
+        hook(event)
+
+    def kinds() -> list[str]:
+        return [e.kind for e in events]
+
+    async with await Ledger.open(settings) as ledger, ParserPool(workers=1) as pool:
+        task_id = await add(ledger, TEXT, "full.md")
+        first = await ledger.reads.get_task(task_id)
+        worker = Worker(ledger, "rider", pool=pool, register=False, on_event=hear)
+        run = asyncio.create_task(worker.run())
+        await async_wait_for(lambda: LEDGER_UNAVAILABLE in kinds(), "ledger_unavailable")
+        [said] = [e for e in events if e.kind == LEDGER_UNAVAILABLE]
+        assert "full" in said.line, said
+        assert_one_clean_line(said.line)
+        # Several looks at the ledger (the backoff's first waits are 0.25-1 s), and
+        # still one line, no "back": the disk is still full.
+        await async_wait_for(lambda: worker._outage.failures >= 3, "three looks")
+        assert kinds().count(LEDGER_UNAVAILABLE) == 1 and LEDGER_BACK not in kinds()
+        assert (await ledger.reads.get_task(task_id)).status is TaskStatus.RUNNING
+        assert not run.done(), run
+        (small_disk / "filler").unlink()
+        await async_wait_for(lambda: worker.stats.outcomes.get(task_id) == "succeeded", "work")
+        assert kinds().count(LEDGER_UNAVAILABLE) == 1 and kinds().count(LEDGER_BACK) == 1
+        assert "handed_back" in kinds()
+        worker.stop()
+        await asyncio.wait_for(run, WAIT_S)
+        view = await ledger.reads.get_task(task_id)
+        assert (view.status, view.error_code) == (TaskStatus.SUCCEEDED, None)
+        assert view.max_attempts == first.max_attempts + 1  # the cut attempt not counted
 
 
 async def test_a_full_ledger_disk_is_said_as_such(small_disk: Path) -> None:
