@@ -349,9 +349,8 @@ class Worker:
     async def _ledger_step(
         self, step: Callable[[], Awaitable[float | None]], until_idle: bool
     ) -> float | None:
-        """Run one step of the loop, and what it answers; if the ledger is away, ride
-        it out and answer IDLE_POLL_MIN_S (a draining worker ends instead, with the
-        fault)."""
+        """One step of the loop, or IDLE_POLL_MIN_S after riding out a ledger away (a
+        draining worker ends with the fault). A whole step ends an outage, not a read."""
         try:
             answer = await step()
         except LedgerUnreachable as exc:
@@ -359,17 +358,13 @@ class Worker:
                 raise
             await self._ride_out(exc)
             return IDLE_POLL_MIN_S
-        # Only a whole step (its writes too) ends an outage: a full disk still
-        # answers the read that ended the wait, and saying "back" on it flapped a
-        # pair of lines every half second with the backoff never growing.
         self._outage.back()
         return answer
 
     async def _ride_out(self, fault: LedgerUnreachable) -> None:
         """Wait for the ledger with capped exponential backoff and jitter, looking
         with one cheap read, until it answers or the worker is stopped. Running tasks
-        carry on meanwhile (their writes fail and strand them, or succeed). The
-        outage goes on until a step succeeds (see _ledger_step)."""
+        carry on meanwhile (their writes fail and strand them, or succeed)."""
         self._state = LEDGER_UNAVAILABLE
         try:
             while not self._stop.is_set():

@@ -16,7 +16,9 @@ The signals, most reliable first:
   asyncpg's ``CannotConnectNowError``), ``53`` (insufficient resources: ``53100`` disk
   full, ``53300`` too many connections).
 * SQLite's primary result code (``sqlite_errorcode``): ``SQLITE_BUSY``/``LOCKED`` (the
-  write lock was held past ``busy_timeout``), ``SQLITE_FULL``; the codes of a file
+  write lock was held past ``busy_timeout``), ``SQLITE_FULL``, and an I/O error
+  writing or sizing a file (``SQLITE_IOERR_SHMSIZE`` and kin) when the ledger's
+  filesystem has no room left; the codes of a file
   that cannot be used (read-only, cannot open, I/O error, corrupt, and SQLite's
   other operational errors, such as a table renamed under it) are outside faults
   too, but not transient ones.
@@ -26,7 +28,9 @@ The signals, most reliable first:
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from pathlib import Path
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
@@ -44,6 +48,20 @@ PG_DISK_FULL = "53100"
 # SQLite primary result codes (the low byte of an extended code).
 SQLITE_AWAY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 SQLITE_FULL_CODES = frozenset({sqlite3.SQLITE_FULL})
+# An I/O error making room for a write. SQLite says only "disk I/O error", not the
+# errno: opening a WAL ledger on a full disk cannot size the -shm file
+# (SQLITE_IOERR_SHMSIZE), so even a read failed as an unusable ledger (exit 1) where
+# it is a full disk (exit 75, ridden out). These count as full only when the disk is.
+SQLITE_SPACE_IOERRS = frozenset(
+    {
+        sqlite3.SQLITE_IOERR_SHMSIZE,
+        sqlite3.SQLITE_IOERR_SHMMAP,
+        sqlite3.SQLITE_IOERR_WRITE,
+        sqlite3.SQLITE_IOERR_TRUNCATE,
+        sqlite3.SQLITE_IOERR_FSYNC,
+    }
+)
+FULL_BELOW_BYTES = 1 << 20  # free space under which such an I/O error is a full disk
 # A file that cannot be used as it is: an outside fault, but one a person fixes.
 SQLITE_UNUSABLE_CODES = frozenset(
     {
@@ -96,9 +114,9 @@ def _fault(exc: BaseException, url: URL, where: str) -> LedgerUnavailable | None
     if isinstance(exc, sqlite3.Error):
         # The hot statements run on SQLite's own cursor (core.ledger.prepared), so
         # the driver's error arrives unwrapped.
-        return _sqlite_fault(exc, where)
+        return _sqlite_fault(exc, where, url)
     if isinstance(exc, DBAPIError):
-        return _dbapi_fault(exc, where)
+        return _dbapi_fault(exc, where, url)
     if isinstance(exc, PoolTimeout):
         return LedgerUnreachable(f"{where}: no connection free in time (the server is slow)")
     if isinstance(exc, OSError) and url.get_backend_name() != "sqlite":
@@ -107,10 +125,10 @@ def _fault(exc: BaseException, url: URL, where: str) -> LedgerUnavailable | None
     return None
 
 
-def _dbapi_fault(exc: DBAPIError, where: str) -> LedgerUnavailable | None:
+def _dbapi_fault(exc: DBAPIError, where: str, url: URL) -> LedgerUnavailable | None:
     orig: BaseException = exc.orig if exc.orig is not None else exc
     if isinstance(orig, sqlite3.Error):
-        return _sqlite_fault(orig, where)
+        return _sqlite_fault(orig, where, url)
     sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     if sqlstate == PG_DISK_FULL:
         return LedgerFull(f"{where}: the database server's disk is full ({_reason(orig)})")
@@ -127,10 +145,14 @@ def _dbapi_fault(exc: DBAPIError, where: str) -> LedgerUnavailable | None:
     return None
 
 
-def _sqlite_fault(orig: sqlite3.Error, where: str) -> LedgerUnavailable | None:
+def _sqlite_fault(orig: sqlite3.Error, where: str, url: URL) -> LedgerUnavailable | None:
     code = getattr(orig, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     reason = _reason(orig)
+    if code in SQLITE_SPACE_IOERRS:
+        free = _free_bytes(url)
+        if free is not None and free < FULL_BELOW_BYTES:
+            return LedgerFull(f"{where}: its disk is full ({reason}; {free} bytes free)")
     if primary in SQLITE_AWAY_CODES:
         return LedgerUnreachable(
             f"{where}: {reason} (another process held the write lock past the busy timeout)"
@@ -142,6 +164,19 @@ def _sqlite_fault(orig: sqlite3.Error, where: str) -> LedgerUnavailable | None:
         # operational error too: the ledger as found cannot be used, as before.
         return LedgerUnavailable(f"{where}: {type(orig).__name__}: {reason}")
     return None  # a constraint, a binding, an interface misuse: a bug
+
+
+def _free_bytes(url: URL) -> int | None:
+    """Bytes an unprivileged writer may still use on the SQLite ledger's filesystem,
+    or None when that cannot be told (an in-memory ledger, a folder gone)."""
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    try:
+        stats = os.statvfs(Path(database).parent)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
 
 
 def _reason(error: BaseException) -> str:

@@ -364,6 +364,38 @@ async def test_a_full_ledger_disk_is_said_as_such(small_disk: Path) -> None:
         assert_one_clean_line(refused.value.message)
 
 
+def test_a_ledger_on_a_full_disk_is_full_even_to_read(small_disk: Path) -> None:
+    """Opening a closed WAL ledger must create and size its -shm file: on a full disk
+    SQLite says only "disk I/O error" (SQLITE_IOERR_SHMSIZE), and every command, reads
+    too, ended "cannot open ledger: OperationalError: disk I/O error", exit 1, as if
+    the file were damaged. It is a full disk: said so, exit 75 (try again)."""
+    settings = Settings(
+        db_url=sqlite_url(small_disk / "ledger.db"), store_root=small_disk.parent / "objects"
+    )
+
+    async def seed() -> None:
+        async with await Ledger.open(settings) as ledger:
+            await add(ledger, TEXT, "queued.md")
+
+    asyncio.run(seed())
+    assert not (small_disk / "ledger.db-shm").exists()  # the last close removed it
+    fill(small_disk, 0)
+    for command in (["tasks"], ["worker", "--until-idle"], ["worker"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "core.cli", "--db", settings.db_url, *command],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=WAIT_S,
+        )  # fmt: skip
+        assert done.returncode == EXIT_TEMPFAIL, (command, done)
+        assert "disk is full" in done.stderr, (command, done.stderr)
+        assert_one_clean_line(done.stderr)
+    (small_disk / "filler").unlink()
+    done = subprocess.run(
+        [sys.executable, "-m", "core.cli", "--db", settings.db_url, "tasks"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=WAIT_S,
+    )  # fmt: skip
+    assert done.returncode == 0 and "queued.md" in done.stdout, done
+
+
 @pytest.fixture
 def postgres_small_disk() -> Iterator[Path]:
     """An 8 MB tmpfs the ``postgres`` user owns and can reach (pytest's own folders
