@@ -86,7 +86,11 @@ def run_serve(args: argparse.Namespace, out: Output) -> int:
         async with await Ledger.open(settings) as ledger:
             return await ledger.tokens.any_active()
 
-    if not is_loopback(args.host) and not asyncio.run(tokens_exist()):
+    # Opened here whatever the address: a ledger that cannot be opened (down, its
+    # disk full, damaged) is one line and its exit code, not uvicorn's traceback
+    # from the app's start-up and exit 3.
+    has_tokens = asyncio.run(tokens_exist())
+    if not is_loopback(args.host) and not has_tokens:
         raise BadInput(
             f"refusing to listen on {args.host} with no API token: anyone who can reach "
             "it could change the ledger. Create one (ingestdesk tokens create NAME --role "

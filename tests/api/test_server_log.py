@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import sqlite3
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -13,7 +14,7 @@ import pytest
 
 from core import Settings
 from core.ledger.tokens import TOKEN_PREFIX
-from tests.api.conftest import cli, start_server, stop_server, stopped_gracefully
+from tests.api.conftest import cli, free_port, start_server, stop_server, stopped_gracefully
 
 # An OSC sequence that retitles the terminal, a bell, and a clear-screen.
 HOSTILE = "%1b%5d0%3bPWNED%07%1b%5b2J"
@@ -61,3 +62,29 @@ def test_client_text_in_log_lines_is_escaped(settings: Settings) -> None:
     assert went_away and unavailable, out
     for line in went_away + unavailable:
         assert "\\x1b]0;PWNED\\x07\\x1b[2J" in line, line
+
+
+@pytest.mark.parametrize(
+    ("ledger", "code", "says"),
+    [
+        ("postgresql+asyncpg://nobody@127.0.0.1:{port}/none", 75, "unreachable"),
+        ("sqlite:///{tmp}/not-a-ledger.db", 1, "file is not a database"),
+    ],
+)
+def test_a_ledger_that_cannot_be_opened_stops_serve_with_one_line(
+    tmp_path: Path, ledger: str, code: int, says: str
+) -> None:
+    """On 127.0.0.1 serve first opened the ledger in the app's start-up: a database
+    down, or a file that is not a ledger, was uvicorn's whole traceback and exit 3
+    (which this CLI's scripts read as a conflict). It is one line and the ledger's
+    own exit code (75: try again; 1: cannot be used), before the port opens."""
+    (tmp_path / "not-a-ledger.db").write_bytes(b"not a database, " * 64)
+    settings = Settings(
+        db_url=ledger.format(port=free_port(), tmp=tmp_path), store_root=tmp_path / "objects"
+    )
+    done = cli(settings, "serve", "--port", str(free_port()))
+    assert done.returncode == code, done
+    assert says in done.stderr and "cannot open ledger" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "serving" not in done.stdout
