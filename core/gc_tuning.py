@@ -1,6 +1,6 @@
 """Garbage-collector tuning for ingestdesk's long-running processes, in one place.
 
-Two measured problems, one remedy each:
+Three measured problems, one remedy each:
 
 * **Full collections walk everything alive.** After start-up a process holds tens of
   thousands of long-lived objects (imports, SQLAlchemy's metadata, Textual's DOM and

@@ -262,6 +262,12 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
+def on_disk(disk: Path) -> Settings:
+    """A SQLite ledger on ``disk``; its originals elsewhere (the disk's room is the
+    ledger's alone)."""
+    return Settings(db_url=sqlite_url(disk / "ledger.db"), store_root=disk.parent / "objects")
+
+
 def fill_at(disk: Path, leave: int, line: str) -> Callable[[WorkerEvent], None]:
     """A worker's event hook that fills ``disk`` once (leaving ``leave`` bytes), when
     the worker first says ``line``: the disk is full from that stage on whatever the
@@ -282,9 +288,7 @@ async def test_a_full_disk_while_indexing_is_disk_full_and_retried(small_disk: P
     """A full disk during indexing was a permanent internal_error ("report a bug").
     It is the machine's fault: disk_full, retried with backoff, and the same task
     succeeds once there is room."""
-    settings = Settings(
-        db_url=sqlite_url(small_disk / "ledger.db"), store_root=small_disk.parent / "objects"
-    )
+    settings = on_disk(small_disk)
     big = b"# big\n\n" + b"".join(b"word%d " % i for i in range(60_000))
     async with await Ledger.open(settings) as ledger, ParserPool(workers=1) as pool:
         task_id = await add(ledger, big, "big.md")
@@ -313,9 +317,7 @@ async def test_a_disk_too_full_to_record_the_failure_is_ridden_out(small_disk: P
     the outage: "back" and "unavailable" again every half second, the backoff never
     growing. It is back once a write goes through: the claim is given back, its
     attempt not counted, and the task runs."""
-    settings = Settings(
-        db_url=sqlite_url(small_disk / "ledger.db"), store_root=small_disk.parent / "objects"
-    )
+    settings = on_disk(small_disk)
     events: list[WorkerEvent] = []
     hook = fill_at(small_disk, 0, "stage=indexing")
 
@@ -353,9 +355,7 @@ async def test_a_disk_too_full_to_record_the_failure_is_ridden_out(small_disk: P
 
 
 async def test_a_full_ledger_disk_is_said_as_such(small_disk: Path) -> None:
-    settings = Settings(
-        db_url=sqlite_url(small_disk / "ledger.db"), store_root=small_disk.parent / "objects"
-    )
+    settings = on_disk(small_disk)
     async with await Ledger.open(settings) as ledger:
         fill(small_disk, 0)
         with pytest.raises(LedgerFull) as refused:
@@ -369,9 +369,7 @@ def test_a_ledger_on_a_full_disk_is_full_even_to_read(small_disk: Path) -> None:
     SQLite says only "disk I/O error" (SQLITE_IOERR_SHMSIZE), and every command, reads
     too, ended "cannot open ledger: OperationalError: disk I/O error", exit 1, as if
     the file were damaged. It is a full disk: said so, exit 75 (try again)."""
-    settings = Settings(
-        db_url=sqlite_url(small_disk / "ledger.db"), store_root=small_disk.parent / "objects"
-    )
+    settings = on_disk(small_disk)
 
     async def seed() -> None:
         async with await Ledger.open(settings) as ledger:
