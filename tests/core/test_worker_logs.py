@@ -3,20 +3,31 @@ level and task, parser warnings included, and nothing in it a terminal would obe
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import logging
+import queue
+import random
 import re
+import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from core.cli.logs import JsonFormatter, TextFormatter
+from core.cli.logs import FLUSH_AFTER_S, JsonFormatter, TextFormatter, _utc, worker_log
+from core.ingest.worker_story import WorkerEvent
 from tests import hostile
 from tests.core.test_cli import (
     CLI_TIMEOUT_S,
     EXIT_OK,
     added,
+    clean_env,
     json_records,
     start_core_cli,
     write,
@@ -117,3 +128,108 @@ def test_a_log_record_shows_its_traceback_only_under_debug(monkeypatch: pytest.M
     assert all(line.isprintable() for line in text.split("\n"))
     stack = json.loads(JsonFormatter().format(record))["traceback"]
     assert any("RuntimeError" in line for line in stack)
+
+
+# ------------------------------------------------------------- writes, not lines
+
+# Every line was its own write and flush: a write gives up the GIL, and the worker's
+# event loop then waited for it while the ledger's thread ran (a sixth of a small
+# document's time on the loop). Lines logged on the loop are now written together.
+
+
+class CountingStream(io.StringIO):
+    """A real text stream that counts the writes that reach it, and can fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if self.broken:
+            raise BrokenPipeError("the reader went away")
+        self.writes += 1
+        return super().write(text)
+
+
+def progress(i: int) -> WorkerEvent:
+    return WorkerEvent("w1", f"{i:032x}", "progress", f"stage=parse {i}/50")
+
+
+async def until(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + CLI_TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_lines_logged_on_the_loop_are_written_together() -> None:
+    stream = CountingStream()
+    with worker_log(stream, "text") as log:
+        for i in range(50):
+            log(progress(i))
+        assert stream.writes == 0  # kept until the loop runs the write
+        await until(lambda: stream.writes, "the kept lines to be written")
+        assert stream.writes == 1
+        lines = stream.getvalue().splitlines()
+        assert [line.rsplit(" ", 1)[1] for line in lines] == [f"{i}/50" for i in range(50)]
+        assert all(LOG_LINE.match(line) for line in lines)
+        log(progress(50))
+    # Leaving the log writes what it kept, without waiting for the loop.
+    assert stream.writes == 2
+    assert stream.getvalue().splitlines()[-1].endswith("stage=parse 50/50")
+
+
+async def test_a_line_from_another_thread_is_written_at_once_after_the_kept_ones() -> None:
+    stream = CountingStream()
+    with worker_log(stream, "json") as log:
+        log(progress(1))
+        await asyncio.to_thread(logging.getLogger("pypdf").warning, "odd page %d", 2)
+        messages = [json.loads(line)["message"] for line in stream.getvalue().splitlines()]
+        assert messages == ["stage=parse 1/50", "odd page 2"]
+
+
+async def test_a_log_stream_that_breaks_ends_the_log_not_the_worker() -> None:
+    stream = CountingStream()
+    with worker_log(stream, "text") as log:
+        log(progress(1))
+        await until(lambda: stream.writes, "the first line")
+        stream.broken = True
+        log(progress(2))
+        await asyncio.sleep(2 * FLUSH_AFTER_S)  # the due write fails quietly
+        log(progress(3))
+    assert stream.getvalue().splitlines()[-1].endswith("stage=parse 1/50")
+
+
+def test_log_times_are_what_datetime_says() -> None:
+    rng = random.Random(7)
+    now = time.time()
+    times = [now + rng.uniform(-1e8, 1e8) for _ in range(20_000)]
+    times += [1_700_000_000 + f for f in (0.0, 0.0004999, 0.0005, 0.9994999, 0.9995, 0.9999996)]
+    for created in times:
+        expected = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+        assert _utc(created) == expected[:-6] + "Z", created
+
+
+def test_a_worker_log_in_a_pipe_shows_each_line_while_the_worker_runs(tmp_path: Path) -> None:
+    # Under PYTHONUNBUFFERED=1 (most container images) and into a pipe: the line that
+    # says a task succeeded arrives while the worker waits for more work, not at exit.
+    added(tmp_path, write(tmp_path / "a.md", b"# Runbook\n\nRestart the worker.\n"))
+    command = [sys.executable, "-m", "core.cli", "--db", str(tmp_path / "ledger.db")]
+    command += ["--store", str(tmp_path / "objects"), "worker", "--loop"]
+    env = clean_env(PYTHONUNBUFFERED="1")
+    lines: queue.Queue[bytes] = queue.Queue()
+    with subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE) as worker:
+        reader = threading.Thread(target=lambda: [lines.put(b) for b in worker.stdout or ()])
+        reader.start()
+        try:
+            deadline = time.monotonic() + CLI_TIMEOUT_S
+            seen: list[bytes] = []
+            while not any(b"succeeded task=" in line for line in seen):
+                assert worker.poll() is None, seen
+                seen.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+        finally:
+            worker.terminate()
+            worker.wait(CLI_TIMEOUT_S)
+            reader.join(CLI_TIMEOUT_S)
+    assert worker.returncode == EXIT_OK
