@@ -86,6 +86,17 @@ class StoreUnavailable(IngestDeskError):
     exit_code = 1
 
 
+class StoreUnreachable(StoreUnavailable):
+    """The object store cannot be reached for now (no connection, no answer in time);
+    try again."""
+
+    exit_code = EXIT_TEMPFAIL
+
+
+class StoreFull(StoreUnreachable):
+    """The object store's disk is full; free space and try again."""
+
+
 class ProviderUnreachable(IngestDeskError):
     """The embedding provider could not be reached."""
 

@@ -30,6 +30,7 @@ from core.errors import (
     LedgerUnreachable,
     NotFound,
     StoreUnavailable,
+    StoreUnreachable,
 )
 from core.filters import FilterTooLarge
 
@@ -168,8 +169,9 @@ def install(app: FastAPI) -> None:
         detail = public_detail(exc)
         if detail != exc.message:
             log.warning("%s %s: %s", request.method, request.url.path, exc.message)
-        # A ledger away for now (restarting, locked): a client may come back soon.
-        away = isinstance(exc, LedgerUnreachable)
+        # A ledger or store away for now (restarting, locked, full): a client may
+        # come back soon.
+        away = isinstance(exc, LedgerUnreachable | StoreUnreachable)
         headers = {"Retry-After": str(RETRY_AFTER_S)} if away else None
         return problem(status_of(exc), type(exc).__name__, detail, headers)
 

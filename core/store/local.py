@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from core.errors import ObjectReadError, StoreUnavailable
+from core.errors import DISK_FULL_ERRNOS, ObjectReadError, StoreFull, StoreUnavailable
 from core.store.base import (
     HEAD_BYTES,
     KEY_PATTERN,
@@ -269,6 +269,6 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _unavailable(root: Path, exc: OSError) -> StoreUnavailable:
-    return StoreUnavailable(
-        f"cannot store the original in {root}: {exc.strerror or type(exc).__name__}"
-    )
+    # A full disk is for now, as the ledger's is: the same exit code (75) and answer.
+    kind = StoreFull if exc.errno in DISK_FULL_ERRNOS else StoreUnavailable
+    return kind(f"cannot store the original in {root}: {exc.strerror or type(exc).__name__}")

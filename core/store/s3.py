@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from core.errors import ObjectReadError, StoreUnavailable
+from core.errors import ObjectReadError, StoreUnavailable, StoreUnreachable
 from core.store.base import (
     HEAD_BYTES,
     KEY_PATTERN,
@@ -407,7 +407,10 @@ class S3Store:
                 raise self._unavailable(exc) from None
 
     def _unavailable(self, exc: Exception) -> StoreUnavailable:
-        return StoreUnavailable(f"cannot store the original in s3://{self.bucket}: {fault(exc)}")
+        cause = fault(exc)
+        # No connection or no answer is for now (exit 75, Retry-After); a refusal is not.
+        kind = StoreUnreachable if cause in (UNREACHABLE, TIMED_OUT) else StoreUnavailable
+        return kind(f"cannot store the original in s3://{self.bucket}: {cause}")
 
     def _unreadable(self, exc: Exception) -> ObjectReadError:
         from obstore.exceptions import NotFoundError

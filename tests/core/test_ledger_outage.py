@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -29,6 +31,8 @@ from core.errors import EXIT_TEMPFAIL, LedgerFull
 from core.ingest.outage import LEDGER_BACK, LEDGER_UNAVAILABLE
 from core.ingest.parse_pool import ParserPool
 from core.ingest.worker import Worker, WorkerEvent
+from tests.api.conftest import start_server, stop_server, stopped_gracefully
+from tests.api.test_checklist import is_problem
 from tests.core.test_worker import add
 from tests.pg_server import PgServer, require_pg_binaries
 
@@ -392,6 +396,51 @@ def test_a_ledger_on_a_full_disk_is_full_even_to_read(small_disk: Path) -> None:
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=WAIT_S,
     )  # fmt: skip
     assert done.returncode == 0 and "queued.md" in done.stdout, done
+
+
+def test_an_original_on_a_full_disk_is_try_again_and_nothing_is_recorded(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """The store's disk full: `add` said "cannot store the original ...: No space left
+    on device" with exit 1, as for a store that is not a folder, and the API answered
+    503 without Retry-After. A full disk is for now, as the ledger's is: exit 75, and
+    Retry-After; nothing is recorded, and once there is room the same add works."""
+    settings = Settings(db_url=sqlite_url(tmp_path / "ledger.db"), store_root=small_disk)
+    cli = [sys.executable, "-m", "core.cli", "--db", settings.db_url, "--store", str(small_disk)]
+    first, second = tmp_path / "first.md", tmp_path / "second.md"
+    first.write_text("# First\n\nThe store is written.\n")
+    second.write_text("# Second\n\nRestart the worker, then check the dashboard.\n" * 500)
+
+    def add_file(path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cli, "add", str(path)], cwd=REPO_ROOT, capture_output=True, text=True,
+            timeout=WAIT_S,
+        )  # fmt: skip
+
+    assert add_file(first).returncode == 0
+    fill(small_disk, 0)
+    done = add_file(second)
+    assert done.returncode == EXIT_TEMPFAIL, done
+    assert "cannot store the original" in done.stderr and "No space left" in done.stderr, done
+    assert_one_clean_line(done.stderr)
+    api = start_server(settings)
+    try:
+        with httpx.Client(base_url=api.base, timeout=WAIT_S) as client:
+            answer = client.post(
+                "/api/documents", files={"file": ("second.md", second.read_bytes())}
+            )
+        is_problem(answer, 503, "StoreFull")
+        assert answer.headers["retry-after"].isdigit()
+    finally:
+        code, out = stop_server(api)
+        assert stopped_gracefully(code, out), out
+    listed = subprocess.run(
+        [*cli, "documents", "--json"], cwd=REPO_ROOT, capture_output=True, text=True,
+        timeout=WAIT_S,
+    )  # fmt: skip
+    assert [d["filename"] for d in json.loads(listed.stdout)] == ["first.md"], listed
+    (small_disk / "filler").unlink()
+    assert add_file(second).returncode == 0
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 from core import Ledger
 from core.cli.maintenance import STALE_AFTER_S, Removed, _prune_store
-from core.errors import ObjectReadError, StoreUnavailable
+from core.errors import EXIT_TEMPFAIL, ObjectReadError, StoreUnavailable, StoreUnreachable
 from core.store import track_created
 from core.store.s3 import INCOMING_DIR, PART_BYTES, S3Store, split_location
 from tests.store.conftest import (
@@ -279,9 +279,11 @@ def test_the_store_down_during_an_upload_refuses_it_and_writes_nothing(
         receiving.store()
 
     # The parts go up behind the writes: the refusal comes by the end of the upload.
-    with pytest.raises(StoreUnavailable, match=f"s3://{bucket}: the store is unreachable"):
+    # For now, not for good: exit 75 and Retry-After, as for an unreachable ledger.
+    with pytest.raises(StoreUnreachable, match=f"s3://{bucket}: the store is unreachable"):
         finish()
-    with pytest.raises(StoreUnavailable, match="unreachable"):
+    with pytest.raises(StoreUnreachable, match="unreachable") as refused:
         store.put(b"refused while the store is down")
+    assert refused.value.exit_code == EXIT_TEMPFAIL
     own_s3_server.start()
     assert _keys(own_s3_server, bucket) == []  # nothing half-written, under any name
