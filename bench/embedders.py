@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.common import (
     REPO_ROOT,
@@ -92,11 +93,29 @@ def pipeline_side(texts: Sequence[str]) -> Callable[[], object]:
     return lambda: asyncio.run(embed_all())
 
 
+def import_wordllama() -> Any:
+    """``wordllama.WordLlama``, the root logger put back as it was: wordllama's modules
+    call ``logging.basicConfig(level=INFO)`` on import. (ingestdesk itself reads the
+    package's files without importing it: core.ingest.wordllama_embedder._load.)"""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        from wordllama import WordLlama
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+    return WordLlama
+
+
 def bare_side(texts: Sequence[str]) -> Callable[[], object]:
     from core.ingest.pipeline import EMBED_BATCH
-    from core.ingest.wordllama_embedder import _import_wordllama, package_dir
+    from core.ingest.wordllama_embedder import package_dir
 
-    WordLlama = _import_wordllama()  # as the embedder imports it, without its logging setup
+    WordLlama = import_wordllama()  # the library's own loader and embed: the baseline
 
     model = WordLlama.load(dim=256, cache_dir=package_dir(), disable_download=True)
     listed = list(texts)

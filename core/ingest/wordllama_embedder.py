@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
-import logging
 import os
 import re
 import threading
@@ -57,6 +56,11 @@ DISTRIBUTION = "wordllama"
 REQUIREMENT = "wordllama>=0.4,<0.5"
 MODEL = "l2_supercat"  # the WordLlama configuration whose weights ship in the wheel
 WEIGHTS_DIMENSIONS = 256  # the one weights file the wheel carries
+# The files inside the package (its weights/ and tokenizers/ folders), and the table
+# in the weights file, as WordLlama.load finds them.
+WEIGHTS_FILE = f"{MODEL}_{WEIGHTS_DIMENSIONS}.safetensors"
+TOKENIZER_FILE = f"{MODEL}_tokenizer_config.json"
+TENSOR_KEY = "embedding.weight"
 # Matryoshka-trained: the first N dimensions of the 256 are a model of their own
 # (WordLlama's trunc_dim). 512 and 1024 would need a download: not offered.
 DIMENSIONS = (64, 128, 256)
@@ -121,10 +125,12 @@ _ISOLATED = "\n\t"  # characters no token holds: each is its own byte token
 _WORD = re.compile(f"[{_ISOLATED}]+|{_METASPACE}*[^{_METASPACE}{_ISOLATED}]+|{_METASPACE}+")
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Model:
     embedding: Any  # numpy float32 array, (vocabulary, dimensions), C-contiguous
-    tokenizer: Any  # tokenizers.Tokenizer without padding or truncation
+    # The tokenizer's file (JSON): the tokenizer with its normaliser is made from it
+    # when first needed (see tokenizer).
+    tokenizer_json: str
     # The same tokenizer without its normaliser, fed pieces normalised here (see
     # _token_ids); None when the tokenizer is not the one this mirrors.
     prenormalised: Any = None
@@ -132,6 +138,16 @@ class _Model:
     # Word -> its token ids, for the prenormalised path (see WORD_CACHE_MAX). Threads
     # embedding at once share it: each only gets, sets and clears single entries.
     words: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    _tokenizer: Any = None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's own tokenizer (tokenizers.Tokenizer, no padding or truncation),
+        made on first use: with the prenormalised path only a piece holding an added
+        token's text needs it (making it took ~85 ms of every process's start)."""
+        if self._tokenizer is None:
+            self._tokenizer = _tokenizer_from(self.tokenizer_json)
+        return self._tokenizer
 
 
 def _token_ids(model: _Model, pieces: list[str]) -> list[list[int]]:
@@ -259,8 +275,8 @@ def unavailable_reason() -> str | None:
         return f"wordllama is not installed (pip install '{REQUIREMENT}')"
     if not version.startswith("0.4"):
         return f"wordllama {version} is installed; ingestdesk needs '{REQUIREMENT}'"
-    weights = folder / "weights" / f"{MODEL}_{WEIGHTS_DIMENSIONS}.safetensors"
-    tokenizer = folder / "tokenizers" / f"{MODEL}_tokenizer_config.json"
+    weights = folder / "weights" / WEIGHTS_FILE
+    tokenizer = folder / "tokenizers" / TOKENIZER_FILE
     for path, what in ((weights, "weights"), (tokenizer, "tokenizer")):
         if not path.is_file():
             return (
@@ -312,7 +328,7 @@ class WordLlamaEmbedder:
         return self.dimensions in _models
 
     def load(self) -> None:
-        """Load the model now (it loads on the first embed otherwise); ~0.6 s."""
+        """Load the model now (it loads on the first embed otherwise); ~0.17 s."""
         _model(self.dimensions)
 
     async def embed(self, texts: Sequence[str]) -> list[bytes]:
@@ -416,83 +432,74 @@ def _model(dimensions: int) -> _Model:
 
 
 def _load(dimensions: int) -> _Model:
+    """The weights and the tokenizer, read from the files wordllama ships, as
+    ``WordLlama.load`` reads them (the safetensors ``embedding.weight`` table, its
+    first ``dimensions`` columns as float32; ``Tokenizer.from_file``), without
+    importing wordllama itself: its package brings pydantic and requests, ~140 ms of
+    every process's start, for a loader of two files (tests/core/test_wordllama.py
+    checks the vectors against wordllama's own)."""
     import numpy as np
 
     folder = package_dir()
     reason = unavailable_reason()
     if folder is None or reason is not None:
         raise ModelUnavailable(reason)
-    WordLlama = _import_wordllama()
     try:
-        # load(disable_download=True) alone looks for the tokenizer in a "tokenizer"
-        # folder of the package, which has "tokenizers": pointing the cache at the
-        # package finds both files, and nothing is downloaded.
-        inference = WordLlama.load(
-            config=MODEL,
-            dim=WEIGHTS_DIMENSIONS,
-            trunc_dim=None if dimensions == WEIGHTS_DIMENSIONS else dimensions,
-            cache_dir=folder,
-            disable_download=True,
-        )
-    except (OSError, ValueError) as exc:
+        from safetensors import safe_open
+
+        with safe_open(str(folder / "weights" / WEIGHTS_FILE), framework="np") as weights:
+            table = weights.get_tensor(TENSOR_KEY)
+        tokenizer_json = (folder / "tokenizers" / TOKENIZER_FILE).read_text(encoding="utf-8")
+        prenormalised, added = _prenormalised(tokenizer_json)
+    except ImportError as exc:
+        raise ModelUnavailable(
+            f"wordllama cannot be loaded ({exc.name or 'a dependency'} is missing): "
+            f"pip install '{REQUIREMENT}'"
+        ) from None
+    except Exception as exc:  # a damaged file: safetensors' and tokenizers' own errors
         raise ModelUnavailable(
             f"wordllama could not load {MODEL} ({type(exc).__name__}); "
             f"reinstall it: pip install --force-reinstall '{REQUIREMENT}'"
         ) from None
-    tokenizer = inference.tokenizer
+    embedding = np.ascontiguousarray(table[:, :dimensions], dtype=np.float32)
+    return _Model(embedding, tokenizer_json, prenormalised, added)
+
+
+def _tokenizer_from(tokenizer_json: str) -> Any:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(tokenizer_json)
     # Ours alone: padding would make every text as long as the batch's longest.
     tokenizer.no_padding()
     tokenizer.no_truncation()
-    embedding = np.ascontiguousarray(inference.embedding, dtype=np.float32)
-    return _Model(embedding, tokenizer, *_prenormalised(tokenizer))
+    return tokenizer
 
 
-def _prenormalised(tokenizer: Any) -> tuple[Any, tuple[str, ...]]:
-    """A copy of ``tokenizer`` without its normaliser and the added tokens' texts, when
-    its normaliser is Llama's, nothing splits the text before BPE and no token holds a
+def _prenormalised(tokenizer_json: str) -> tuple[Any, tuple[str, ...]]:
+    """The tokenizer without its normaliser and the added tokens' texts, when its
+    normaliser is Llama's, nothing splits the text before BPE and no token holds a
     word mark after another character, a line break or a tab (so :func:`_token_ids`
     may normalise for it and tokenise word by word, see _WORD); else ``(None, ())``."""
     import json
 
-    from tokenizers import Tokenizer
-
-    config = json.loads(tokenizer.to_str())
+    config = json.loads(tokenizer_json)
     if config.get("normalizer") != _LLAMA_NORMALIZER or config.get("pre_tokenizer") is not None:
         return None, ()
-    vocabulary = config.get("model", {}).get("vocab", {})
-    if config["model"].get("type") != "BPE" or any(
-        _METASPACE in token.lstrip(_METASPACE) or any(c in token for c in _ISOLATED)
-        for token in vocabulary
+    model = config.get("model", {})
+    if model.get("type") != "BPE":
+        return None, ()
+    # One search over the whole vocabulary joined by line breaks, not a loop a token:
+    # a token holding a line break or a tab is refused first, so a word mark after a
+    # character other than a mark or the joining line break is one inside a token.
+    vocabulary = list(model.get("vocab", {}))
+    joined = "\n".join(vocabulary)
+    if (
+        joined.count("\n") != len(vocabulary) - 1
+        or "\t" in joined
+        or re.search(f"[^{_METASPACE}\n]{_METASPACE}", joined)
     ):
         return None, ()
-    copy = Tokenizer.from_str(tokenizer.to_str())
-    copy.normalizer = None
-    copy.no_padding()
-    copy.no_truncation()
-    added = tuple(t.content for t in tokenizer.get_added_tokens_decoder().values())
-    return copy, added
-
-
-def _import_wordllama() -> Any:
-    """``wordllama.WordLlama``, imported without its side effect on logging.
-
-    wordllama's ``__init__`` and ``inference`` modules call
-    ``logging.basicConfig(level=INFO)``: a stderr handler on the root logger, which
-    would print every library's INFO records over a dashboard's screen. The root
-    logger is put back as it was.
-    """
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        from wordllama import WordLlama
-    except ImportError as exc:
-        raise ModelUnavailable(
-            f"wordllama cannot be imported ({exc.name or 'a dependency'} is missing): "
-            f"pip install '{REQUIREMENT}'"
-        ) from None
-    finally:
-        for handler in root.handlers[:]:
-            if handler not in handlers:
-                root.removeHandler(handler)
-        root.setLevel(level)
-    return WordLlama
+    fast = _tokenizer_from(tokenizer_json)
+    fast.normalizer = None
+    added = tuple(token["content"] for token in config.get("added_tokens", ()))
+    return fast, added

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import core.ingest.wordllama_embedder as wordllama_embedder
+from bench.embedders import import_wordllama
 from core.ingest.embedder import Embedder, HashingEmbedder, cosine
 from core.ingest.parsing import parse_document
 from core.ingest.pipeline import EMBED_BATCH
@@ -104,7 +105,9 @@ async def test_vectors_are_normalised_little_endian_float32(embedder: WordLlamaE
 
 
 async def test_agrees_with_wordllama_own_embed(embedder: WordLlamaEmbedder) -> None:
-    WordLlama = wordllama_embedder._import_wordllama()  # without its logging setup
+    # ingestdesk reads the package's two files itself (core.ingest.wordllama_embedder
+    # ._load): the vectors must be those of wordllama's own loader and embed.
+    WordLlama = import_wordllama()
     folder = wordllama_embedder.package_dir()
     assert folder is not None
     bare = WordLlama.load(dim=256, cache_dir=folder, disable_download=True)
@@ -388,6 +391,43 @@ print("ok")
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+
+
+def test_loading_reads_the_files_without_importing_wordllama() -> None:
+    # wordllama's package brought pydantic and requests into every process that
+    # embedded: ~140 ms of its start, for a loader of two files.
+    code = (
+        "import sys; from core.ingest.wordllama_embedder import WordLlamaEmbedder;"
+        "WordLlamaEmbedder().embed_now(['x']);"
+        "print(sorted(m for m in ('wordllama', 'pydantic', 'requests') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (0, "[]\n"), result.stderr
+
+
+@pytest.mark.parametrize("damaged", ["weights", "tokenizer"])
+def test_a_damaged_model_file_is_one_line_saying_reinstall(tmp_path: Path, damaged: str) -> None:
+    installed = wordllama_embedder.package_dir()
+    assert installed is not None
+    package = tmp_path / "wordllama"  # found first on the path, as a damaged install is
+    for folder, name in (("weights", "WEIGHTS_FILE"), ("tokenizers", "TOKENIZER_FILE")):
+        file = getattr(wordllama_embedder, name)
+        (package / folder).mkdir(parents=True)
+        copy = (installed / folder / file).read_bytes()
+        cut = copy[: len(copy) // 3] if folder.startswith(damaged) else copy
+        (package / folder / file).write_bytes(cut)
+    (package / "__init__.py").write_text("")
+    code = (
+        "from core.ingest.wordllama_embedder import WordLlamaEmbedder, ModelUnavailable\n"
+        "try:\n    WordLlamaEmbedder().embed_now(['x'])\n"
+        "except ModelUnavailable as exc:\n    print(exc.message)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("wordllama could not load l2_supercat ("), result.stdout
+    assert "pip install --force-reinstall 'wordllama>=0.4,<0.5'" in result.stdout
+    assert result.stdout.count("\n") == 1 and str(tmp_path) not in result.stdout
 
 
 def test_loading_leaves_the_root_logger_alone() -> None:
