@@ -25,6 +25,7 @@ Reference counting still frees almost everything; only cycles wait for a collect
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -60,11 +61,24 @@ def collection_paused() -> Iterator[None]:
     """No automatic collection while the block runs: keep it short (one write
     transaction). A collection that falls due meanwhile runs on the first allocation
     after the block. The collector has no per-thread switch, so this pauses it for
-    the whole process."""
-    collecting = gc.isenabled()
-    gc.disable()
+    the whole process: blocks of several threads that overlap count as one pause,
+    and the collector comes back (if it was on when the first began) when the last
+    ends, not when the first does."""
+    global _pauses, _resume
+    with _pause_lock:
+        if _pauses == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
-        if collecting:
-            gc.enable()
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _resume:
+                gc.enable()
+
+
+_pause_lock = threading.Lock()
+_pauses = 0  # collection_paused blocks running now, in every thread
+_resume = False  # whether the collector was on when the first of them began
