@@ -107,10 +107,12 @@ async def _old_keys(ledger: Ledger, older_than_s: float) -> int:
 
 
 class _PruneProgress:
-    """Hears of each batch; says how far the prune got, every PROGRESS_EVERY_S."""
+    """Hears of each batch; says how far the prune got, of how many, and about how long
+    is left, every PROGRESS_EVERY_S."""
 
-    def __init__(self, out: Output) -> None:
+    def __init__(self, out: Output, total: int) -> None:
         self.out = out
+        self.total = total
         self.started = self.said = time.monotonic()
         self.tasks = self.events = 0
 
@@ -121,30 +123,50 @@ class _PruneProgress:
         if now - self.said >= PROGRESS_EVERY_S:
             self.said = now
             rate = self.tasks / max(now - self.started, 1e-6)
+            # Tasks that finish meanwhile are not counted, so the total is a floor.
+            total = max(self.total, self.tasks)
+            share = 100 * self.tasks // max(total, 1)
             self.out.log(
-                f"pruning: {self.tasks} tasks and {self.events} history rows removed so far "
-                f"({rate:.0f} tasks/s)"
+                f"pruning: {self.tasks} of {total} tasks ({share} %) and {self.events} "
+                f"history rows removed so far ({rate:.0f} tasks/s, "
+                f"{_time_left((total - self.tasks) / max(rate, 1e-6))})"
             )
+
+
+def _time_left(seconds: float) -> str:
+    if seconds < 90:
+        return f"about {max(1, round(seconds))} s left"
+    return f"about {round(seconds / 60)} min left"
 
 
 async def _prune_tasks(
     ledger: Ledger, args: argparse.Namespace, out: Output
 ) -> tuple[dict[str, object], str]:
     """Finished tasks and their history (core.ledger.retention), when asked."""
-    from core.ledger.retention import prune_tasks
+    from core.ledger.retention import count_prunable, prune_tasks
 
     days = args.tasks_older_than
     if days is None:
         if args.include_failed:
             raise BadInput("--include-failed needs --tasks-older-than DAYS")
         return {}, ""
+    now = ledger.clock()
+    progress = None
+    if not args.dry_run:
+        total = await count_prunable(
+            ledger.transactions,
+            older_than_s=days * DAY_S,
+            now=now,
+            include_failed=args.include_failed,
+        )
+        progress = _PruneProgress(out, total)
     pruned = await prune_tasks(
         ledger.transactions,
         older_than_s=days * DAY_S,
-        now=ledger.clock(),
+        now=now,
         include_failed=args.include_failed,
         dry_run=args.dry_run,
-        on_batch=_PruneProgress(out),
+        on_batch=progress,
     )
     kinds = "succeeded, cancelled and failed" if args.include_failed else "succeeded and cancelled"
     verb = "would remove" if args.dry_run else "removed"

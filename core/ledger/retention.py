@@ -131,13 +131,30 @@ def _count(conn: Connection, statuses: tuple[TaskStatus, ...], cutoff: float) ->
     tasks = events = 0
     for status in statuses:
         old = select(TASKS.c.id).where(*_old(status, cutoff))
-        tasks += int(conn.execute(select(func.count()).select_from(old.subquery())).scalar_one())
+        tasks += _count_tasks(conn, status, cutoff)
         events += int(
             conn.execute(
                 select(func.count()).where(EVENTS.c.task_id.in_(old.scalar_subquery()))
             ).scalar_one()
         )
     return tasks, events
+
+
+def _count_tasks(conn: Connection, status: TaskStatus, cutoff: float) -> int:
+    old = select(TASKS.c.id).where(*_old(status, cutoff))
+    return int(conn.execute(select(func.count()).select_from(old.subquery())).scalar_one())
+
+
+async def count_prunable(
+    transactions: Transactions, *, older_than_s: float, now: float, include_failed: bool = False
+) -> int:
+    """How many tasks :func:`prune_tasks` would delete now (the tasks alone, in one read
+    of the index it picks them by: a prune's progress says "N of TOTAL")."""
+    cutoff = now - older_than_s
+    statuses = WITH_FAILED if include_failed else KEPT_FAILED
+    return await transactions.read(
+        lambda conn: sum(_count_tasks(conn, status, cutoff) for status in statuses)
+    )
 
 
 def _pick(

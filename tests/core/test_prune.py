@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -101,6 +102,15 @@ def test_a_long_prune_of_tasks_says_how_far_it_got(
     said = [line for line in lines if line.startswith("pruning: ")]
     removed = [int(line.split()[1]) for line in said]
     assert len(removed) > 1 and removed == sorted(removed) and removed[0] > 0
-    assert all(line.endswith(" tasks/s)") for line in said)
     total = int(lines[-1].split()[1])  # "removed N succeeded, cancelled and failed tasks…"
     assert lines[-1].startswith("removed ") and total == removed[-1]
+    # Each line says of how many, the share done, and about how long is left.
+    progress = re.compile(
+        r"^pruning: (\d+) of (\d+) tasks \((\d+) %\) and \d+ history rows removed so far "
+        r"\(\d+ tasks/s, about \d+ (s|min) left\)$"
+    )
+    for line in said:
+        match = progress.match(line)
+        assert match, line
+        done, of, share = map(int, match.groups()[:3])
+        assert of == total and share == 100 * done // total, line
