@@ -34,6 +34,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from core.cli.output import DEBUG_ENV
@@ -117,29 +118,40 @@ def _traceback(record: logging.LogRecord) -> list[str] | None:
     return [visible(line) for line in text.rstrip("\n").split("\n")]
 
 
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """What one line of the log says: a log record's, or a worker event's."""
+
+    created: float  # seconds since the epoch
+    level: str  # INFO, WARNING, …
+    worker_id: str | None
+    task_id: str | None
+    event: str  # the worker event's kind, or LOG_EVENT
+    message: str
+
+
+def _line_of(record: logging.LogRecord) -> LogLine:
+    worker_id, task_id = _ids(record)
+    event = getattr(record, "event_kind", None) or LOG_EVENT
+    return LogLine(record.created, record.levelname, worker_id, task_id, event, record.getMessage())
+
+
 class TextFormatter(logging.Formatter):
     """``2026-11-30T12:00:00.123Z INFO    task=3f2a9c1e stage=parse 0/3``, escaped for
     the terminal (a worker id is checked, but a line may quote a name, and a parser
     warning quotes the document)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        _, task_id = _ids(record)
-        line = self.line(record.created, record.levelname, None, task_id, "", record.getMessage())
+        line = self.line(_line_of(record))
         stack = _traceback(record)
         return line if stack is None else "\n".join([line, *stack])
 
-    def line(
-        self,
-        created: float,
-        level: str,
-        worker_id: str | None,
-        task_id: str | None,
-        event: str,
-        message: str,
-    ) -> str:
-        """One record's line, without a traceback (a worker event's whole line)."""
-        task = task_id[:SHORT_ID] if task_id else "-"
-        return visible(f"{_utc(created)} {level:<7} task={task:<{SHORT_ID}} {message}")
+    def line(self, entry: LogLine) -> str:
+        """One line, without a traceback (a worker event's whole line)."""
+        task = entry.task_id[:SHORT_ID] if entry.task_id else "-"
+        return visible(
+            f"{_utc(entry.created)} {entry.level:<7} task={task:<{SHORT_ID}} {entry.message}"
+        )
 
 
 class JsonFormatter(logging.Formatter):
@@ -148,50 +160,25 @@ class JsonFormatter(logging.Formatter):
     by it either; ``json.dumps`` escapes every other non-ASCII character)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        worker_id, task_id = _ids(record)
-        value = self._value(
-            record.created,
-            record.levelname,
-            worker_id,
-            task_id,
-            getattr(record, "event_kind", None) or LOG_EVENT,
-            record.getMessage(),
-        )
+        value = self._value(_line_of(record))
         stack = _traceback(record)
         if stack is not None:
             value["traceback"] = stack
         return json.dumps(value, sort_keys=True)
 
-    def line(
-        self,
-        created: float,
-        level: str,
-        worker_id: str | None,
-        task_id: str | None,
-        event: str,
-        message: str,
-    ) -> str:
-        """One record's line, without a traceback (a worker event's whole line)."""
-        return json.dumps(
-            self._value(created, level, worker_id, task_id, event, message), sort_keys=True
-        )
+    def line(self, entry: LogLine) -> str:
+        """One line, without a traceback (a worker event's whole line)."""
+        return json.dumps(self._value(entry), sort_keys=True)
 
     @staticmethod
-    def _value(
-        created: float,
-        level: str,
-        worker_id: str | None,
-        task_id: str | None,
-        event: str,
-        message: str,
-    ) -> dict[str, object]:
+    def _value(entry: LogLine) -> dict[str, object]:
         return {
-            "time": _utc(created),
-            "level": level,
-            "worker_id": worker_id,
-            "task_id": task_id,
-            "event": event,
-            "message": visible(message),
+            "time": _utc(entry.created),
+            "level": entry.level,
+            "worker_id": entry.worker_id,
+            "task_id": entry.task_id,
+            "event": entry.event,
+            "message": visible(entry.message),
         }
 
 
@@ -297,9 +284,8 @@ def worker_log(stream: TextIO | None, fmt: str) -> Iterator[Callable[[WorkerEven
         # and only this handler ever saw the record.
         worker_id, task_id = _context_ids(event.worker_id, event.task_id)
         level = logging.getLevelName(level_of(event))
-        handler.write_line(
-            formatter.line(time.time(), level, worker_id, task_id, kind_of(event), event.line)
-        )
+        entry = LogLine(time.time(), level, worker_id, task_id, kind_of(event), event.line)
+        handler.write_line(formatter.line(entry))
 
     try:
         yield log
