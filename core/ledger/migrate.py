@@ -6,6 +6,7 @@ refused with :class:`~core.errors.SchemaTooNew`.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from core.errors import LedgerUnreachable, SchemaTooNew
 from core.ledger.faults import outside_fault
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+logger = logging.getLogger(__name__)
 # The newest migration. Checked against Alembic by a test; lets an up-to-date ledger
 # open without importing Alembic at all (a third of a CLI command's start-up).
 SCHEMA_HEAD = "0019"
@@ -39,6 +41,14 @@ def migrate(connection: Connection) -> None:
         raise SchemaTooNew(
             f"this ledger has schema revision {current!r}, newer than this ingestdesk "
             f"understands (latest {script.get_current_head()!r}); upgrade ingestdesk"
+        )
+    if current is not None:
+        # An existing ledger: building a new index over a million tasks takes a while,
+        # and the command would sit silent meanwhile. (A new ledger says nothing.)
+        logger.warning(
+            "upgrading the ledger's schema from revision %s to %s; a large ledger takes a while",
+            current,
+            script.get_current_head(),
         )
     command.upgrade(cfg, "head")
 

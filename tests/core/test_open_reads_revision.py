@@ -67,3 +67,33 @@ def test_an_old_ledger_is_still_upgraded_on_open(tmp_path: Path) -> None:
         assert conn.execute(
             "SELECT 1 FROM sqlite_master WHERE name = 'task_counters'"
         ).fetchone() == (1,)
+
+
+def test_a_command_says_once_that_it_upgrades_an_old_ledger(tmp_path: Path) -> None:
+    """Building 0019's indexes over a million tasks takes seconds, and the command sat
+    silent meanwhile. One line on stderr (stdout stays the command's answer), and none
+    for a new ledger or one at the head."""
+    db = tmp_path / "ledger.db"
+    where = ["--db", str(db), "--store", str(tmp_path / "store")]
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nRestart the worker.\n")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "core.cli", *where, *args],
+            capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, cwd=tmp_path,
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )  # fmt: skip
+
+    created = cli("add", str(note))
+    assert created.returncode == 0 and created.stderr == "", created
+    set_back(db, "0018")
+    upgraded = cli("--json", "tasks")
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert upgraded.stderr == (
+        f"upgrading the ledger's schema from revision 0018 to {SCHEMA_HEAD}; "
+        "a large ledger takes a while\n"
+    )
+    assert '"note.md"' in upgraded.stdout
+    again = cli("--json", "tasks")
+    assert again.returncode == 0 and again.stderr == "", again
