@@ -175,7 +175,8 @@ async def _prune_tasks(
         f"{pruned.events} history rows"
     )
     if not args.dry_run:
-        line += f" ({pruned.batches} batches, longest {pruned.longest_batch_s * 1000:.0f} ms)"
+        batches = "1 batch" if pruned.batches == 1 else f"{pruned.batches} batches"
+        line += f" ({batches}, longest {pruned.longest_batch_s * 1000:.0f} ms)"
     return {
         "tasks_removed": pruned.tasks,
         "task_events_removed": pruned.events,
