@@ -222,11 +222,11 @@ class LogHandler(logging.StreamHandler):  # type: ignore[type-arg]
         loop = self._loop
         with self.lock:  # type: ignore[union-attr]  # createLock() made it
             self._kept.append(text)
-            if loop is not None and threading.get_ident() == self._loop_thread:
-                if self._write_due is None and not loop.is_closed():
+            on_loop = threading.get_ident() == self._loop_thread
+            if on_loop and loop is not None and not loop.is_closed():
+                if self._write_due is None:
                     self._write_due = loop.call_later(FLUSH_AFTER_S, self.flush)
-                if self._write_due is not None:
-                    return
+                return  # written when due
         self.flush()
 
     def flush(self) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from core.cli.logs import FLUSH_AFTER_S, JsonFormatter, TextFormatter, _utc, worker_log
+from core.cli.logs import JsonFormatter, TextFormatter, _utc, worker_log
 from core.ingest.worker_story import WorkerEvent
 from tests import hostile
 from tests.core.test_cli import (
@@ -143,10 +143,12 @@ class CountingStream(io.StringIO):
     def __init__(self) -> None:
         super().__init__()
         self.writes = 0
+        self.refused = 0  # writes that failed while broken
         self.broken = False
 
     def write(self, text: str) -> int:
         if self.broken:
+            self.refused += 1
             raise BrokenPipeError("the reader went away")
         self.writes += 1
         return super().write(text)
@@ -196,7 +198,7 @@ async def test_a_log_stream_that_breaks_ends_the_log_not_the_worker() -> None:
         await until(lambda: stream.writes, "the first line")
         stream.broken = True
         log(progress(2))
-        await asyncio.sleep(2 * FLUSH_AFTER_S)  # the due write fails quietly
+        await until(lambda: stream.refused, "the due write to fail quietly")
         log(progress(3))
     assert stream.getvalue().splitlines()[-1].endswith("stage=parse 1/50")
 
