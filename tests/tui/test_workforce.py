@@ -175,18 +175,28 @@ async def test_a_ledger_outage_is_shown_and_the_work_resumes_after_it(
                 what="the workers to be mid-batch",
             )
             own_postgres.stop()
+            # The toast comes with the mark and goes after its timeout (5 s): looked for
+            # at every poll of both waits, as the mark may come before the workers
+            # notice, and a loaded machine can take longer than that between the two.
+            toasts: list[str] = []
+
+            def look_for_the_toast() -> None:
+                toasts.extend(n for n in notes(app) if "cannot read the ledger" in n)
 
             def troubled() -> bool:
+                look_for_the_toast()
                 states = {w.state for w in workforce.local_workers()}
                 return states <= {"stopped", "unreachable"}
+
+            def marked() -> bool:
+                look_for_the_toast()
+                return LEDGER_DOWN_MARK in app.sub_title and bool(toasts)
 
             await wait_for(
                 pilot, troubled, within=OUTAGE_WAIT_S, what="both workers to notice the outage"
             )
-            await wait_for(pilot, lambda: LEDGER_DOWN_MARK in app.sub_title, within=OUTAGE_WAIT_S)
-            # The toast comes with the mark and goes after its timeout (5 s): looked at
-            # now, not after the panel's redraw, which a loaded machine can delay past it.
-            assert any("cannot read the ledger" in n for n in notes(app))
+            await wait_for(pilot, marked, within=OUTAGE_WAIT_S, what="the mark and its toast")
+            assert any("cannot read the ledger" in n for n in toasts)
             # Each line says the outage in words: riding it out, or stopped and why
             # (the ledger unreachable, or the driver's own one line). The panel is
             # redrawn at its next refresh after the state changed: wait for that.
