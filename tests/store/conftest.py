@@ -7,8 +7,10 @@ they must run."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -67,6 +69,10 @@ class S3Server:
     log: list[str] = field(default_factory=list)
 
     @property
+    def stacks(self) -> Path:
+        return self.data.with_name(self.data.name + ".stacks")
+
+    @property
     def endpoint(self) -> str:
         return f"http://{self.host}:{self.port}"
 
@@ -82,6 +88,8 @@ class S3Server:
                 str(self.port),
                 "--data",
                 str(self.data),
+                "--stacks",
+                str(self.stacks),
             ],
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
@@ -101,10 +109,27 @@ class S3Server:
     def stop(self) -> str:
         """SIGTERM: it stops serving, saves its objects and exits; what it printed."""
         assert self.process is not None
-        self.process.terminate()
-        out, _ = self.process.communicate(timeout=STOP_TIMEOUT_S)
-        self.process = None
+        process, self.process = self.process, None
+        process.terminate()
+        try:
+            out, _ = process.communicate(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"S3 server still up {STOP_TIMEOUT_S} s after SIGTERM:\n" + self._stacks_of(process)
+            ) from None
+        assert "undrained" not in out, f"S3 server saved with requests still inside: {out}"
         return out
+
+    def _stacks_of(self, process: subprocess.Popen[str]) -> str:
+        """Every thread's stack of a server that hangs (SIGUSR1, see s3server), then kill it."""
+        size = self.stacks.stat().st_size if self.stacks.exists() else 0
+        process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and self.stacks.stat().st_size == size:
+            time.sleep(0.05)
+        process.kill()
+        process.communicate()
+        return self.stacks.read_text()[size:]
 
     def client(self) -> Any:
         import boto3
