@@ -19,7 +19,7 @@ computed from the task's number ``i``:
   has one, a running one two.
 
 Nothing else is made (no chunks, no objects in the store): the benches that use it
-read and claim tasks. Run ``python -m bench.million [--size N] [--pg URL]`` to time
+read and claim tasks. Run ``python -m bench.million [--size N] [--db URL]`` to time
 a build; the benches import :func:`build`.
 """
 

@@ -10,13 +10,16 @@ On each, through the public ledger API:
 * the first screenful (:data:`SCREENFUL` tasks) of each filter of :data:`FILTERS`
   (what the ``/`` bar, ``tasks --filter`` and ``GET /tasks?filter=`` ask), and
   :data:`PAGES` pages on by keyset (``before=`` the last task of the page);
+* the first screenful of documents, newest first, of any status and published
+  (``ingestdesk documents [--status]``);
 * claim → finish cycles per second (``claim_next(limit=1)``, then ``finish``) with
   every queued task due (10 000 at 1 000 000).
 
 Each read is timed :data:`REPEATS` times (median and p99, ms); the ratio 1M/1k is
 printed beside it. Every statement the ledger ran for it is captured and explained
 (SQLite's ``EXPLAIN QUERY PLAN``, PostgreSQL's ``EXPLAIN``): a read whose plan scans
-the task table (``SCAN ingestion_tasks`` without an index, a ``Seq Scan``) is named.
+the task or document table (``SCAN ingestion_tasks`` without an index, a ``Seq Scan``)
+is named.
 Claim rounds alternate between the sizes so drift hits both alike; between rounds
 (untimed) the claimed tasks are put back in the queue.
 
@@ -86,7 +89,10 @@ PAGE_P99_TARGET_MS = 50.0
 CLAIM_RATIO_TARGET = 0.9
 PRUNE_LOCK_MS = 50.0
 
-_SCANS = re.compile(r"SCAN ingestion_tasks(?! USING (COVERING )?INDEX)|Seq Scan on ingestion_tasks")
+_SCANS = re.compile(
+    r"SCAN (ingestion_tasks|documents)(?! USING (COVERING )?INDEX)"
+    r"|Seq Scan on (ingestion_tasks|documents)"
+)
 
 
 @dataclass
@@ -198,6 +204,13 @@ async def measure_reads(ledger: Ledger) -> dict[str, Timing]:
             ledger, capture, lambda: reads.list_tasks(limit=SCREENFUL)
         ),
     }
+    # ``ingestdesk documents``: a million tasks are a million documents too.
+    for status in (None, "published"):
+        out[f"documents {status or 'all'} first screen"] = await _timed(
+            ledger,
+            capture,
+            functools.partial(reads.list_documents, status=status, limit=SCREENFUL),
+        )
     for expr in FILTERS:
         out[f"{expr} first screen"] = await _timed(
             ledger,
@@ -452,7 +465,7 @@ async def run_backend(backend: Backend, sizes: tuple[int, int]) -> list[Target]:
     label = f"{large // 1000}k"
     print_table(
         f"{backend.name}: reads, ms ({load_line()})",
-        ["read", "1k median", f"{label} median", f"{label} p99", f"{label}/1k", "scans tasks"],
+        ["read", "1k median", f"{label} median", f"{label} p99", f"{label}/1k", "scans"],
         rows,
     )
     for name, timing in results[large].items():

@@ -10,6 +10,11 @@ from pathlib import Path
 
 # What each revision added, as the statements that take it back.
 UNDO: dict[str, tuple[str, ...]] = {
+    "0020": (
+        "CREATE INDEX ix_documents_status ON documents (status)",
+        "DROP INDEX ix_documents_status_created",
+        "DROP INDEX ix_documents_created",
+    ),
     "0019": ("DROP INDEX ix_document_pages_decision", "DROP INDEX ix_tasks_worker"),
     "0018": (
         "DROP TRIGGER chunks_fts_update",

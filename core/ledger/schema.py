@@ -80,7 +80,7 @@ DOCUMENTS = Table(
     Column("object_key", String(128), nullable=False),
     Column("size", Integer, nullable=False),
     Column("kind", String(16), nullable=False),
-    Column("status", String(16), index=True, nullable=False),
+    Column("status", String(16), nullable=False),
     # Optimistic-locking row version: every status change bumps it.
     Column("version", Integer, default=1, nullable=False),
     # Versions: every row is one version of a document. The document is named by
@@ -92,6 +92,9 @@ DOCUMENTS = Table(
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     UniqueConstraint("family_id", "version_no"),
+    # The document list reads newest first, of any status or of one (0020).
+    Index("ix_documents_created", "created_at", "id"),
+    Index("ix_documents_status_created", "status", "created_at", "id"),
 )
 
 

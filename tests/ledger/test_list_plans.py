@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
 from bench.million import build
@@ -124,3 +125,34 @@ async def test_histories_of_many_tasks_are_each_tasks_history(big: Settings) -> 
         read = await ledger.reads.task_histories(many)  # more than one statement's worth
         assert list(read) == many and all(read.values())
         assert read[ids[0]] == histories[ids[0]]
+
+
+async def test_the_document_list_reads_its_page_from_an_index(big: Settings) -> None:
+    """``ingestdesk documents`` newest first, of any status or of one: the page comes
+    from an index in its order, not from sorting every document (1.8 s at 1M before
+    0020), and holds what sorting them all would give."""
+    async with await Ledger.open(big) as ledger:
+        engine = ledger.transactions.engine  # type: ignore[attr-defined]  # SQLite's
+        everything = await ledger.reads.list_documents(limit=None)
+        assert len(everything) == 5_000  # a version per task
+        newest = sorted(everything, key=lambda d: (d.created_at, d.document_id), reverse=True)
+        for status in (None, "published", "failed"):
+            sent: list[tuple[str, Any]] = []
+
+            def keep(_c: Any, _cur: Any, statement: str, params: Any, *_: Any, into=sent) -> None:
+                into.append((statement, params))
+
+            event.listen(engine, "before_cursor_execute", keep)
+            try:
+                page = await ledger.reads.list_documents(status=status, limit=20)
+            finally:
+                event.remove(engine, "before_cursor_execute", keep)
+            expected = [d for d in newest if status is None or d.status.value == status][:20]
+            assert [d.document_id for d in page] == [d.document_id for d in expected]
+            ((statement, params),) = [s for s in sent if s[0].lstrip().startswith("SELECT")]
+            plan = await ledger.transactions.read(
+                lambda conn, s=statement, a=params: "\n".join(  # type: ignore[misc]
+                    str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + s, a)
+                )
+            )
+            assert "USING INDEX ix_documents_" in plan and "TEMP B-TREE" not in plan, plan
