@@ -19,9 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from core.cli import progress
 from core.cli.command import Command, on_ledger
 from core.cli.options import whole_number
 from core.cli.output import Output
+from core.cli.progress import ProgressLines
 from core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ DAYS_MAX = 36_500
 STALE_AFTER_S = 3600.0
 OBJECTS_PER_TRANSACTION = 500  # orphans checked and removed under one write lock
 # seconds between progress lines while prune removes tasks (a million take minutes)
-PROGRESS_EVERY_S = 5.0
+PROGRESS_EVERY_S = progress.PROGRESS_EVERY_S
 
 
 @dataclass
@@ -107,36 +109,15 @@ async def _old_keys(ledger: Ledger, older_than_s: float) -> int:
 
 
 class _PruneProgress:
-    """Hears of each batch; says how far the prune got, of how many, and about how long
-    is left, every PROGRESS_EVERY_S."""
+    """Hears of each batch of the prune (tasks, history rows); see ProgressLines."""
 
     def __init__(self, out: Output, total: int) -> None:
-        self.out = out
-        self.total = total
-        self.started = self.said = time.monotonic()
-        self.tasks = self.events = 0
+        self.lines = ProgressLines(out, "pruning", total, every_s=PROGRESS_EVERY_S)
+        self.events = 0
 
     def __call__(self, tasks: int, events: int) -> None:
-        self.tasks += tasks
         self.events += events
-        now = time.monotonic()
-        if now - self.said >= PROGRESS_EVERY_S:
-            self.said = now
-            rate = self.tasks / max(now - self.started, 1e-6)
-            # Tasks that finish meanwhile are not counted, so the total is a floor.
-            total = max(self.total, self.tasks)
-            share = 100 * self.tasks // max(total, 1)
-            self.out.log(
-                f"pruning: {self.tasks} of {total} tasks ({share} %) and {self.events} "
-                f"history rows removed so far ({rate:.0f} tasks/s, "
-                f"{_time_left((total - self.tasks) / max(rate, 1e-6))})"
-            )
-
-
-def _time_left(seconds: float) -> str:
-    if seconds < 90:
-        return f"about {max(1, round(seconds))} s left"
-    return f"about {round(seconds / 60)} min left"
+        self.lines.advance(tasks, f" and {self.events} history rows removed so far")
 
 
 async def _prune_tasks(

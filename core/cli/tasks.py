@@ -7,9 +7,11 @@ import argparse
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from core.cli import progress
 from core.cli.command import Command, on_ledger
 from core.cli.options import limit_argument
 from core.cli.output import EXIT_OK, Output, task_line, when
+from core.cli.progress import ProgressLines
 from core.errors import BadInput
 from core.filters import EVERY_TASK, TaskFilter, parse_filter
 from core.states import ERRORS, ErrorCode, TaskStatus
@@ -82,6 +84,18 @@ def _bulk_lines(verb: str, past: str, result: BulkResult) -> list[str]:
     return lines
 
 
+class _BulkProgress:
+    """A bulk action's progress lines (a million tasks' retry takes minutes)."""
+
+    def __init__(self, out: Output, doing: str) -> None:
+        self.lines = ProgressLines(out, doing, 0, every_s=progress.PROGRESS_EVERY_S)
+
+    def __call__(self, so_far: BulkResult) -> None:
+        self.lines.total = so_far.eligible
+        detail = f", {so_far.refused} changed meanwhile and left alone" if so_far.refused else ""
+        self.lines.advance(so_far.done + so_far.refused - self.lines.done, detail)
+
+
 def _target(args: argparse.Namespace) -> str | TaskFilter:
     """The one task to act on, or the filter naming the tasks. An action that changes
     state needs exactly one of TASK_ID, ``--filter`` or ``--all``: never "every task"
@@ -114,7 +128,11 @@ async def cmd_cancel(ledger: Ledger, args: argparse.Namespace, out: Output) -> N
         out.emit(task.to_dict(), line)
         return
     result = await ledger.operator.bulk_cancel(
-        target, actor=args.actor, reason=args.reason, dry_run=args.dry_run
+        target,
+        actor=args.actor,
+        reason=args.reason,
+        dry_run=args.dry_run,
+        on_batch=_BulkProgress(out, "cancelling"),
     )
     out.emit(result.to_dict(), _bulk_lines("cancel", "cancelled", result))
 
@@ -130,7 +148,11 @@ async def cmd_retry(ledger: Ledger, args: argparse.Namespace, out: Output) -> No
         )
         return
     result = await ledger.operator.bulk_retry(
-        target, actor=args.actor, reason=args.reason, dry_run=args.dry_run
+        target,
+        actor=args.actor,
+        reason=args.reason,
+        dry_run=args.dry_run,
+        on_batch=_BulkProgress(out, "requeueing"),
     )
     out.emit(result.to_dict(), _bulk_lines("requeue", "requeued", result))
 

@@ -11,22 +11,22 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import bindparam, insert, text, update
 from sqlalchemy.engine import Connection
 
 from core.config import Settings
-from core.errors import BadInput, Conflict, NotFound
+from core.errors import BadInput, Conflict
 from core.filters import TaskFilter
 from core.intake import check_upload, display_name, read_upload
 from core.ledger import idempotency, rows, version_reads
+from core.ledger.bulk import BulkAction, run_bulk
 from core.ledger.idempotency import Once
 from core.ledger.pages import drop_pages
 from core.ledger.reads import Reads
-from core.ledger.requeue import requeue_failed
+from core.ledger.requeue import requeue_failed, retryable
 from core.ledger.schema import CANCELLABLE_SQL, DOCUMENT_EVENTS, DOCUMENTS, OUTBOX, TASKS
 from core.ledger.statements import TASK_COLUMNS, drop_chunks, next_revision, wake_waiters_of
 from core.ledger.transactions import Transactions
@@ -36,8 +36,6 @@ from core.states import CANCELLABLE, DocumentKind, DocumentStatus, Stage, TaskSt
 from core.store import Original, Store, StoredObject
 
 REASON_MAX = 500  # characters of a reason kept in the history
-# Ids bound in one IN (...) list at most: SQLite allows 32766 host parameters.
-IN_LIST_MAX = 1000
 # Originals of one batch stored at once: a bucket's round trips (and a folder's
 # fsyncs) overlap, where one at a time left the link idle while each file was hashed
 # and each reply awaited.
@@ -50,6 +48,7 @@ def _one_of(names: list[str]) -> str:
 
 # "only queued, running or retry_wait": the refusal is worded from the rule itself.
 CANCEL_RULE = "only " + _one_of([s.value for s in TaskStatus if s in CANCELLABLE])
+CANCELLABLE_IN_ORDER = tuple(s for s in TaskStatus if s in CANCELLABLE)
 
 
 class Operator:
@@ -366,39 +365,7 @@ class Operator:
 
         def tx(conn: Connection) -> TaskView:
             resolved = rows.resolve_id(conn, TASKS, task_id, "task")
-            row = conn.execute(
-                update(TASKS)
-                .where(TASKS.c.id == resolved)
-                .where(text(CANCELLABLE_SQL))
-                .values(
-                    status=TaskStatus.CANCELLED.value,
-                    previous_status=TASKS.c.status,
-                    lease_expires_at=None,
-                    next_attempt_at=None,
-                    updated_at=now,
-                    revision=next_revision(),
-                )
-                .returning(*TASK_COLUMNS, TASKS.c.previous_status, TASKS.c.processing_key)
-            ).first()
-            if row is None:
-                current = rows.task_row(conn, resolved)
-                raise Conflict(
-                    f"task {resolved[:8]} is {current.status}; {CANCEL_RULE} tasks can be cancelled"
-                )
-            if row.previous_status == TaskStatus.RUNNING.value:
-                # Its twins and the tasks waiting on a request it sent go on now.
-                wake_waiters_of(conn, resolved, row.attempt, row.processing_key, now)
-            if row.index_id is None:
-                rows.move_document(
-                    conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT, at=now
-                )
-                # A draft never keeps a half-built index from the abandoned run.
-                drop_chunks(conn, row.document_id)
-                drop_pages(conn, [row.document_id])
-            # (A re-embedding task's version keeps its status, chunks and vectors: its
-            # vectors in the campaign's index are written only when it succeeds.)
-            rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
-            return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))
+            return cancel_task(conn, resolved, now=now, actor=actor, reason=reason)
 
         return await self._tx.write(tx)
 
@@ -429,18 +396,25 @@ class Operator:
         actor: str = "system",
         reason: str | None = None,
         dry_run: bool = False,
+        on_batch: Callable[[BulkResult], None] | None = None,
     ) -> BulkResult:
         """Cancel every task matching the filter. The dry run counts what is eligible
         and why the rest is not; the real run re-checks each task with the same
         conditional update as a single cancel, so a task that moved meanwhile is
-        refused rather than overwritten."""
-        return await self._bulk(
-            filter,
-            lambda t: t.status in CANCELLABLE,
-            lambda t: f"{t.status.value}: {CANCEL_RULE} tasks can be cancelled",
-            lambda task_id: self.cancel(task_id, actor=actor, reason=reason),
-            dry_run,
+        refused rather than overwritten. In bounded batches (:mod:`core.ledger.bulk`);
+        ``on_batch`` hears of each, with the result so far."""
+        check_identifier(actor, "actor")
+        reason = history_reason(reason)
+
+        def act(conn: Connection, task_id: str, now: float) -> object:
+            return cancel_task(conn, task_id, now=now, actor=actor, reason=reason)
+
+        action = BulkAction(
+            statuses=CANCELLABLE_IN_ORDER,
+            why_not=lambda status: f"{status.value}: {CANCEL_RULE} tasks can be cancelled",
+            act=act,
         )
+        return await self._bulk(filter, action, dry_run, on_batch)
 
     async def bulk_retry(
         self,
@@ -449,96 +423,111 @@ class Operator:
         actor: str = "system",
         reason: str | None = None,
         dry_run: bool = False,
+        on_batch: Callable[[BulkResult], None] | None = None,
     ) -> BulkResult:
         """Requeue every failed task matching the filter (see :meth:`bulk_cancel`)."""
+        check_identifier(actor, "actor")
+        reason = history_reason(reason)
+        max_attempts = self.settings.max_attempts
+
+        def act(conn: Connection, task_id: str, now: float) -> object:
+            return requeue_failed(
+                conn, task_id, now=now, max_attempts=max_attempts, actor=actor, reason=reason
+            )
+
+        def why_not(status: TaskStatus) -> str:
+            if status is TaskStatus.CANCELLED:
+                return "cancelled: submit the document again instead"
+            return f"{status.value}: only failed tasks can be retried"
 
         # The single retry's rule (requeue_failed): the task is failed and so is its
         # document. A failed task whose document moved on (a newer version retired
         # it, or it was deleted) is not eligible, and the dry run says so rather
         # than counting it and the real run refusing it.
-        documents: dict[str, DocumentStatus | None] = {}
-
-        def document_failed(t: TaskView) -> bool:
-            if t.index_id is not None:  # re-embedding: the version only has to be there
-                return documents.get(t.document_id) is not None
-            return documents.get(t.document_id) is DocumentStatus.FAILED
-
-        def why(t: TaskView) -> str:
-            if t.status is TaskStatus.CANCELLED:
-                return "cancelled: submit the document again instead"
-            if t.status is not TaskStatus.FAILED:
-                return f"{t.status.value}: only failed tasks can be retried"
-            status = documents.get(t.document_id)
-            if status is None:
+        def judge_failed(reembedding: bool, document: DocumentStatus | None) -> str | None:
+            if document is None:
                 return "failed: its document no longer exists; upload it again"
-            return f"failed: its document is {status.value}, not failed"
+            if reembedding or document is DocumentStatus.FAILED:
+                return None  # a re-embedding task only needs its version there
+            return f"failed: its document is {document.value}, not failed"
 
-        async def load(tasks: Sequence[TaskView]) -> None:
-            failed = {t.document_id for t in tasks if t.status is TaskStatus.FAILED}
-            documents.update(await self._document_statuses(failed))
-
-        return await self._bulk(
-            filter,
-            lambda t: t.status is TaskStatus.FAILED and document_failed(t),
-            why,
-            lambda task_id: self.retry(task_id, actor=actor, reason=reason),
-            dry_run,
-            before=load,
+        action = BulkAction(
+            statuses=(TaskStatus.FAILED,),
+            why_not=why_not,
+            act=act,
+            judge_failed=judge_failed,
+            document_rule=retryable,
         )
-
-    async def _document_statuses(
-        self, document_ids: Collection[str]
-    ) -> dict[str, DocumentStatus | None]:
-        """The status of each document (None: it no longer exists), in one read."""
-        ids = list(document_ids)
-
-        def tx(conn: Connection) -> dict[str, DocumentStatus | None]:
-            found: dict[str, DocumentStatus | None] = dict.fromkeys(ids)
-            for chunk in range(0, len(ids), IN_LIST_MAX):
-                part = ids[chunk : chunk + IN_LIST_MAX]
-                for doc_id, status in conn.execute(
-                    select(DOCUMENTS.c.id, DOCUMENTS.c.status).where(DOCUMENTS.c.id.in_(part))
-                ):
-                    found[doc_id] = DocumentStatus(status)
-            return found
-
-        return await self._tx.read(tx)
+        return await self._bulk(filter, action, dry_run, on_batch)
 
     async def _bulk(
         self,
         filter: TaskFilter,
-        eligible: Callable[[TaskView], bool],
-        why_not: Callable[[TaskView], str],
-        act: Callable[[str], Awaitable[TaskView]],
+        action: BulkAction,
         dry_run: bool,
-        before: Callable[[Sequence[TaskView]], Awaitable[None]] | None = None,
+        on_batch: Callable[[BulkResult], None] | None,
     ) -> BulkResult:
         if not filter.names_tasks:
             raise BadInput(
                 "an empty filter would match every task; give a filter, or say "
                 "explicitly that the action is for every task (--all)"
             )
-        tasks = await self.reads.list_tasks(filter=filter, limit=None)
-        if before is not None:
-            await before(tasks)  # what eligible() needs besides the tasks
-        chosen = [t.task_id for t in tasks if eligible(t)]
-        ineligible: dict[str, int] = {}
-        for t in tasks:
-            if not eligible(t):
-                ineligible[why_not(t)] = ineligible.get(why_not(t), 0) + 1
-        result = BulkResult(
-            matched=len(tasks), eligible=len(chosen), ineligible=ineligible, dry_run=dry_run
+        return await run_bulk(
+            self._tx,
+            action,
+            lambda conn: self.reads.filter_clauses(filter, conn),
+            everything=filter.everything and not filter.terms,
+            dry_run=dry_run,
+            now=self.clock,
+            on_batch=on_batch,
         )
-        if dry_run:
-            return result
-        done = refused = 0
-        for task_id in chosen:
-            try:
-                await act(task_id)
-                done += 1
-            except (Conflict, NotFound):
-                refused += 1
-        return replace(result, done=done, refused=refused)
+
+
+# Built once: a bulk cancel runs it for every task (see core.ledger.requeue.REQUEUE).
+CANCEL = (
+    update(TASKS)
+    .where(TASKS.c.id == bindparam("p_task_id"))
+    .where(text(CANCELLABLE_SQL))
+    .values(
+        status=TaskStatus.CANCELLED.value,
+        previous_status=TASKS.c.status,
+        lease_expires_at=None,
+        next_attempt_at=None,
+        updated_at=bindparam("p_now"),
+        revision=next_revision(),
+    )
+    .returning(*TASK_COLUMNS, TASKS.c.previous_status, TASKS.c.processing_key)
+)
+
+
+def cancel_task(
+    conn: Connection, task_id: str, *, now: float, actor: str, reason: str | None
+) -> TaskView:
+    """Cancel the task ``task_id`` (a full id) in the caller's transaction.
+
+    Raises:
+        Conflict: The task is not queued, running or retry_wait (the rule is named).
+    """
+    row = conn.execute(CANCEL, {"p_task_id": task_id, "p_now": now}).first()
+    if row is None:
+        current = rows.task_row(conn, task_id)
+        raise Conflict(
+            f"task {task_id[:8]} is {current.status}; {CANCEL_RULE} tasks can be cancelled"
+        )
+    if row.previous_status == TaskStatus.RUNNING.value:
+        # Its twins and the tasks waiting on a request it sent go on now.
+        wake_waiters_of(conn, task_id, row.attempt, row.processing_key, now)
+    if row.index_id is None:
+        rows.move_document(
+            conn, row.document_id, DocumentStatus.PROCESSING, DocumentStatus.DRAFT, at=now
+        )
+        # A draft never keeps a half-built index from the abandoned run.
+        drop_chunks(conn, row.document_id)
+        drop_pages(conn, [row.document_id])
+    # (A re-embedding task's version keeps its status, chunks and vectors: its
+    # vectors in the campaign's index are written only when it succeeds.)
+    rows.record_events(conn, [row._mapping], actor=actor, at=now, reason=reason)
+    return TaskView.from_row(row, document_name=rows.document_name(conn, row.document_id))
 
 
 def history_reason(reason: str | None) -> str | None:

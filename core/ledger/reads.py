@@ -91,7 +91,9 @@ class Reads:
         against this ledger's review threshold."""
         return term_clause(term, self.review_below)
 
-    def _filter_clauses(self, task_filter: TaskFilter, conn: Connection) -> list[Any]:
+    def filter_clauses(self, task_filter: TaskFilter, conn: Connection) -> list[Any]:
+        """The filter's WHERE clauses over the tasks joined to their documents, for
+        this transaction (see :func:`core.ledger.filter_sql.filter_clauses`)."""
         return filter_clauses(task_filter, self._term_clause, conn, self.review_below)
 
     # ------------------------------------------------------------------ tasks
@@ -145,7 +147,7 @@ class Reads:
         def tx(conn: Connection) -> list[TaskView]:
             # The filter's clauses in the transaction: a rare name is looked up first
             # (core.ledger.name_index).
-            listing = query.where(*self._filter_clauses(filter, conn)) if filter else query
+            listing = query.where(*self.filter_clauses(filter, conn)) if filter else query
             return _views(conn, listing, options)
 
         return await self._tx.read(tx)
@@ -256,7 +258,7 @@ class Reads:
         def tx(conn: Connection) -> int:
             counted = matching
             if filter:
-                counted = counted.where(*self._filter_clauses(filter, conn))
+                counted = counted.where(*self.filter_clauses(filter, conn))
             if at_most is not None:
                 counted = counted.limit(at_most + 1)
             query = select(func.count()).select_from(counted.subquery())

@@ -105,9 +105,12 @@ def task_view(conn: Connection, task_id: str) -> TaskView | None:
     return None if row is None else TaskView.from_row(row, document_name=row.filename)
 
 
+DOCUMENT_NAME = select(DOCUMENTS.c.filename).where(DOCUMENTS.c.id == bindparam("p_document_id"))
+
+
 def document_name(conn: Connection, document_id: str) -> str | None:
     """A document's name, as a TaskView carries it (None once the document is gone)."""
-    found = conn.execute(select(DOCUMENTS.c.filename).where(DOCUMENTS.c.id == document_id)).scalar()
+    found = conn.execute(DOCUMENT_NAME, {"p_document_id": document_id}).scalar()
     return None if found is None else str(found)
 
 

@@ -150,9 +150,16 @@ class BulkScreen(ModalScreen[None]):
         reason = self.query_one("#reason", Input).value.strip() or None
         for button in self.query(Button):
             button.disabled = True
+        label = self.query_one(f"#dry-{action}", Static)
+        doing = "cancelling" if action == "cancel" else "requeueing"
+
+        def on_batch(so_far: BulkResult) -> None:
+            # A million tasks' bulk action takes minutes: say how far it is.
+            label.update(f"{action}: {doing} {so_far.done + so_far.refused} of {so_far.eligible}…")
+
         try:
             result = await self._bulk(action)(
-                task_filter, actor=desk.actor, reason=reason, dry_run=False
+                task_filter, actor=desk.actor, reason=reason, dry_run=False, on_batch=on_batch
             )
         except Exception as exc:
             desk.notify(
