@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import String, any_, bindparam, delete, func, literal_column, select, tuple_
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -123,6 +122,10 @@ def _one_of(conn: Connection, column: ColumnElement[Any], name: str) -> ColumnEl
     prepared one statement per length, a round trip each, and its cache of 100 turned
     over under the lock. SQLite has no arrays, and prepares in-process."""
     if conn.dialect.name == "postgresql":
+        # Here, not at the top: a SQLite process (a worker imports this module through
+        # the bulk actions) never loads the PostgreSQL dialect.
+        from sqlalchemy.dialects.postgresql import ARRAY
+
         return column == any_(bindparam(name, type_=ARRAY(String)))
     return column.in_(bindparam(name, expanding=True))
 
