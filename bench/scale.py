@@ -13,7 +13,9 @@ On each, through the public ledger API:
 * the first screenful of documents, newest first, of any status and published
   (``ingestdesk documents [--status]``);
 * claim → finish cycles per second (``claim_next(limit=1)``, then ``finish``) with
-  every queued task due (10 000 at 1 000 000).
+  every queued task due (10 000 at 1 000 000);
+* a prune, then a ``retry --all``, each while a worker claims: the claim p99 alone and
+  during.
 
 Each read is timed :data:`REPEATS` times (median and p99, ms); the ratio 1M/1k is
 printed beside it. Every statement the ledger ran for it is captured and explained
@@ -90,8 +92,8 @@ CLAIM_RATIO_TARGET = 0.9
 PRUNE_LOCK_MS = 50.0
 
 _SCANS = re.compile(
-    r"SCAN (ingestion_tasks|documents)(?! USING (COVERING )?INDEX)"
-    r"|Seq Scan on (ingestion_tasks|documents)"
+    r"SCAN (ingestion_tasks|documents)\b(?! USING (COVERING )?INDEX)"
+    r"|Seq Scan on (ingestion_tasks|documents)\b"
 )
 
 
@@ -369,6 +371,37 @@ async def prune_while_claiming(settings: Settings) -> PruneRun:
     )
 
 
+async def bulk_retry_while_claiming(settings: Settings) -> str:
+    """``retry --all`` (after the prune: the failed tasks it kept) with a worker
+    claiming meanwhile: its dry run's time, its rate, and the claim p99 alone (as long
+    as the retry took, at most ALONE_MAX_S) and during. Not one of the issue's
+    targets: what a bulk action costs the workers, as the prune's line says."""
+    from core import EVERY_TASK
+
+    async with await Ledger.open(settings) as worker, await Ledger.open(settings) as operator:
+        t0 = time.perf_counter()
+        dry = await operator.operator.bulk_retry(EVERY_TASK, dry_run=True)
+        dry_ms = (time.perf_counter() - t0) * 1000
+        stop = asyncio.Event()
+        claiming = asyncio.create_task(_claim_latencies(worker, stop))
+        t0 = time.perf_counter()
+        done = await operator.operator.bulk_retry(EVERY_TASK)
+        seconds = time.perf_counter() - t0
+        stop.set()
+        during = await claiming
+        stop = asyncio.Event()
+        claiming = asyncio.create_task(_claim_latencies(worker, stop))
+        await asyncio.sleep(min(seconds, ALONE_MAX_S))
+        stop.set()
+        alone = await claiming
+    return (
+        f"retry --all: dry run {dry_ms:.0f} ms ({dry.eligible} of {dry.matched}); "
+        f"{done.done} requeued in {seconds:.1f} s ({done.done / max(seconds, 1e-9):.0f}/s); "
+        f"claim p99 alone {Timing(alone).p99:.1f} ms ({len(alone)}), during "
+        f"{Timing(during).p99:.1f} ms ({len(during)}); {load_line()}"
+    )
+
+
 # --- the run ----------------------------------------------------------------------------
 
 
@@ -499,6 +532,8 @@ async def run_backend(backend: Backend, sizes: tuple[int, int]) -> list[Target]:
         f"{pruned.load_before} -> {pruned.load_after}",
         flush=True,
     )
+    retried = await bulk_retry_while_claiming(backend.settings[large])
+    print(f"{backend.name}: at {label}, {retried}", flush=True)
     big = results[large]
     screens = [v for k, v in big.items() if k.endswith("first screen")]
     who = f"{backend.name} {label}:"
