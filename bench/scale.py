@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -59,6 +59,8 @@ from bench.common import (
 from bench.million import build
 from core import Ledger, Settings, parse_filter, sqlite_url
 from core.ledger.views import TaskPosition
+
+T = TypeVar("T")
 
 # --- tunables ---------------------------------------------------------------------------
 
@@ -307,6 +309,25 @@ async def _claim_latencies(ledger: Ledger, stop: asyncio.Event) -> list[float]:
     return out
 
 
+async def _claims_beside(
+    worker: Ledger, work: Callable[[], Awaitable[T]]
+) -> tuple[T, float, list[float], list[float]]:
+    """``work``'s result and seconds, with the worker's claim latencies during it and
+    then alone for as long (at most ALONE_MAX_S)."""
+    stop = asyncio.Event()
+    claiming = asyncio.create_task(_claim_latencies(worker, stop))
+    t0 = time.perf_counter()
+    result = await work()
+    seconds = time.perf_counter() - t0
+    stop.set()
+    during = await claiming
+    stop = asyncio.Event()
+    claiming = asyncio.create_task(_claim_latencies(worker, stop))
+    await asyncio.sleep(min(seconds, ALONE_MAX_S))
+    stop.set()
+    return result, seconds, during, await claiming
+
+
 @dataclass
 class PruneRun:
     alone_p99_ms: float
@@ -334,23 +355,15 @@ async def prune_while_claiming(settings: Settings) -> PruneRun:
 
     async with await Ledger.open(settings) as worker, await Ledger.open(settings) as pruner:
         load_before = load_line()
-        stop = asyncio.Event()
-        claiming = asyncio.create_task(_claim_latencies(worker, stop))
-        t0 = time.perf_counter()
-        pruned = await prune_tasks(
-            pruner.transactions,
-            older_than_s=PRUNE_DAYS * 86_400.0,
-            now=time.time(),
-            include_failed=True,
+        pruned, seconds, during, alone = await _claims_beside(
+            worker,
+            lambda: prune_tasks(
+                pruner.transactions,
+                older_than_s=PRUNE_DAYS * 86_400.0,
+                now=time.time(),
+                include_failed=True,
+            ),
         )
-        seconds = time.perf_counter() - t0
-        stop.set()
-        during = await claiming
-        stop = asyncio.Event()
-        claiming = asyncio.create_task(_claim_latencies(worker, stop))
-        await asyncio.sleep(min(seconds, ALONE_MAX_S))
-        stop.set()
-        alone = await claiming
     return PruneRun(
         Timing(alone).p99,
         Timing(during).p99,
@@ -382,18 +395,9 @@ async def bulk_retry_while_claiming(settings: Settings) -> str:
         t0 = time.perf_counter()
         dry = await operator.operator.bulk_retry(EVERY_TASK, dry_run=True)
         dry_ms = (time.perf_counter() - t0) * 1000
-        stop = asyncio.Event()
-        claiming = asyncio.create_task(_claim_latencies(worker, stop))
-        t0 = time.perf_counter()
-        done = await operator.operator.bulk_retry(EVERY_TASK)
-        seconds = time.perf_counter() - t0
-        stop.set()
-        during = await claiming
-        stop = asyncio.Event()
-        claiming = asyncio.create_task(_claim_latencies(worker, stop))
-        await asyncio.sleep(min(seconds, ALONE_MAX_S))
-        stop.set()
-        alone = await claiming
+        done, seconds, during, alone = await _claims_beside(
+            worker, lambda: operator.operator.bulk_retry(EVERY_TASK)
+        )
     return (
         f"retry --all: dry run {dry_ms:.0f} ms ({dry.eligible} of {dry.matched}); "
         f"{done.done} requeued in {seconds:.1f} s ({done.done / max(seconds, 1e-9):.0f}/s); "

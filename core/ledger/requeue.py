@@ -3,16 +3,16 @@ review's resend, a campaign resumed), in the caller's transaction."""
 
 from __future__ import annotations
 
-from sqlalchemy import Row, and_, bindparam, case, literal, or_, select, update
+from sqlalchemy import Row, and_, bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from core.errors import Conflict
 from core.ledger import rows
 from core.ledger.schema import DOCUMENTS, TASKS
-from core.ledger.statements import TASK_COLUMNS, next_revision
+from core.ledger.statements import FIRST_STAGE, TASK_COLUMNS, next_revision
 from core.ledger.views import TaskView
-from core.states import DocumentStatus, Stage, TaskStatus
+from core.states import DocumentStatus, TaskStatus
 
 
 def _why_not_retry(conn: Connection, task: Row[object]) -> str:
@@ -60,10 +60,7 @@ REQUEUE = (
         # afresh from the attempt the task has reached.
         max_attempts=TASKS.c.attempt + bindparam("p_max_attempts"),
         previous_status=TASKS.c.status,
-        stage=case(
-            (TASKS.c.index_id.is_(None), literal(Stage.DOWNLOAD.value)),
-            else_=literal(Stage.EMBEDDING.value),
-        ),
+        stage=FIRST_STAGE,
         completed=0,
         total=1,
         error_code=None,

@@ -112,14 +112,16 @@ _CLAIM_RETURNING = (
     TASKS.c.created_at,
     TASKS.c.index_id,
 )
+# The stage a task starts (again) in. A re-embedding task has one stage: it never
+# downloads (core.ledger.campaigns).
+FIRST_STAGE = case(
+    (TASKS.c.index_id.is_(None), literal(Stage.DOWNLOAD.value)),
+    else_=literal(Stage.EMBEDDING.value),
+)
 _CLAIM_SET = update(TASKS).values(
     status=TaskStatus.RUNNING.value,
     previous_status=TASKS.c.status,
-    # A re-embedding task has one stage: it never downloads (core.ledger.campaigns).
-    stage=case(
-        (TASKS.c.index_id.is_(None), literal(Stage.DOWNLOAD.value)),
-        else_=literal(Stage.EMBEDDING.value),
-    ),
+    stage=FIRST_STAGE,
     completed=0,
     total=1,
     worker_id=bindparam("p_worker_id"),
