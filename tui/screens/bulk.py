@@ -3,7 +3,8 @@
 A dry run first says how many tasks are eligible and why the others are not; the
 operator then confirms, optionally with a reason for the audit log. The ledger
 re-checks each task with the same conditional update when it executes, so tasks
-that changed in between are refused, not clobbered; a summary follows.
+that changed in between are refused, not clobbered; the action's line says how far it
+got while it runs (a million tasks' retry takes minutes), and a summary follows.
 
 An empty filter names no task (the ledger refuses it): the screen says so in one
 line and offers only an explicit "Every task" choice, which dry-runs
