@@ -163,12 +163,89 @@ class TaskFilter:
         return any(t.field in PAGE_FIELDS for t in self.terms)
 
     @property
+    def never_matches(self) -> bool:
+        """Whether no task can meet the filter, by its terms alone: a wanted term that
+        implies one the filter negates (``name:report !name:rep``: a name holding
+        "report" holds "rep"), or attempt bounds that leave no number
+        (``attempt:>3 attempt:<2``). The ledger then answers at once rather than
+        read every task to find none (2.8 s at a million on SQLite)."""
+        wanted = [t for t in self.terms if not t.negate and t.field not in PAGE_FIELDS]
+        negated = [t for t in self.terms if t.negate and t.field not in PAGE_FIELDS]
+        if any(_implies(w, n) for w in wanted for n in negated):
+            return True
+        return attempt_bounds(self.terms) is None
+
+    @property
     def names_tasks(self) -> bool:
         """Whether an action may use this filter: it has terms, or says "every task"."""
         return bool(self.terms) or self.everything
 
 
 EVERY_TASK = TaskFilter(text="every task", everything=True)
+
+
+def _implies(wanted: Term, negated: Term) -> bool:
+    """Whether every task meeting ``wanted`` (not negated) meets ``negated``'s test,
+    so that the two together match nothing. Only what :meth:`Term._test` makes
+    plain: equal values of one field; a value inside another where the test is
+    "contains" (name, worker); a prefix of another where it is "starts with" (id,
+    document), and a bare word, which tests a name and an error code for the word
+    and a task id for its start, is implied by a bare word or an id it starts, by a
+    name holding it and by an error code holding it."""
+    field, value = negated.field, negated.value
+    if field is None:
+        word = fold(value)
+        if wanted.field is None:
+            return fold(wanted.value).startswith(word)
+        if wanted.field == "name":
+            return word in fold(wanted.value)
+        if wanted.field == "id":
+            return wanted.value.lower().startswith(word)
+        if wanted.field == "code":
+            return word in wanted.value
+        return False
+    if wanted.field != field:
+        return False
+    if field in ("name", "worker"):
+        return fold(value) in fold(wanted.value)
+    if field in ("id", "document"):
+        return wanted.value.lower().startswith(value.lower())
+    if field in ("status", "code", "stage"):
+        return wanted.value == value
+    return False  # attempt: see attempt_bounds
+
+
+def attempt_bounds(terms: tuple[Term, ...]) -> tuple[int, int | None, frozenset[int]] | None:
+    """The attempt numbers ``terms`` allow: the lowest, the highest (None: no bound)
+    and those excluded, or None when no number is left (``attempt:>3 attempt:<2``,
+    ``attempt:=2 attempt:=3``, ``attempt:=2 !attempt:=2``)."""
+    low, high = 0, None
+    excluded: set[int] = set()
+    for term in terms:
+        if term.field != "attempt":
+            continue
+        number = int(term.value)
+        op = _NEGATED_COMPARISON[term.op] if term.negate else term.op
+        if op == "!=":
+            excluded.add(number)
+            continue
+        if op in (">", ">=", "="):
+            low = max(low, number + 1 if op == ">" else number)
+        if op in ("<", "<=", "="):
+            top = number - 1 if op == "<" else number
+            high = top if high is None else min(high, top)
+    if high is not None:
+        left = high - low + 1  # numbers in the range, before the exclusions
+        if left <= 0 or (left <= len(excluded) and excluded.issuperset(range(low, high + 1))):
+            return None
+        excluded = {n for n in excluded if low <= n <= high}
+    else:
+        excluded = {n for n in excluded if n >= low}
+    return low, high, frozenset(excluded)
+
+
+# A negated comparison is the opposite comparison: !attempt:>3 is attempt:<=3.
+_NEGATED_COMPARISON = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "=": "!="}
 
 
 class FilterTooLarge(BadInput):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 # What each revision added, as the statements that take it back.
 UNDO: dict[str, tuple[str, ...]] = {
+    "0021": ("DROP INDEX ix_tasks_retried",),
     "0020": (
         "CREATE INDEX ix_documents_status ON documents (status)",
         "DROP INDEX ix_documents_status_created",

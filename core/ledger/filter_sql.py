@@ -28,7 +28,18 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import String, exists, false, literal, literal_column, select
+from sqlalchemy import (
+    CompoundSelect,
+    Select,
+    String,
+    exists,
+    false,
+    literal,
+    literal_column,
+    select,
+    true,
+    union_all,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement, func
@@ -36,9 +47,10 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.util import LRUCache
 
-from core.filters import PAGE_FIELDS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, fold
-from core.ledger import name_index, pages, worker_index
-from core.ledger.schema import DOCUMENTS, TASKS
+from core.filters import PAGE_FIELDS, SQLITE_FOLD_FUNCTION, TaskFilter, Term, attempt_bounds, fold
+from core.ledger import counted_terms, name_index, pages, worker_index
+from core.ledger.rows import at_most
+from core.ledger.schema import DOCUMENTS, RETRIED_ABOVE, TASKS
 from core.states import ErrorCode, TaskStatus
 
 # Filtered statements are compiled into a cache of their own: a client cycling through
@@ -164,8 +176,13 @@ def status_is(value: str) -> ColumnElement[bool]:
     return TASKS.c.status == literal_column(f"'{status.value}'", String)
 
 
-def lists_running(task_filter: TaskFilter | None, status: str | None = None) -> bool:
-    """Whether a listing asks for running tasks only.
+def lists_running(
+    task_filter: TaskFilter | None,
+    status: str | None = None,
+    clauses: Iterable[ColumnElement[bool]] = (),
+) -> bool:
+    """Whether a listing asks for running tasks only (a status term or ``status``, or
+    ``clauses`` that start from them: :data:`RUNNING_ONLY`).
 
     They are few (a worker's slots) beside a million others, and SQLite's planner,
     knowing no sizes, walks ix_tasks_created (the list's order) through every task
@@ -175,7 +192,12 @@ def lists_running(task_filter: TaskFilter | None, status: str | None = None) -> 
     values = [status] if status is not None else []
     if task_filter:
         values += [t.value for t in task_filter.terms if t.field == "status" and not t.negate]
-    return TaskStatus.RUNNING.value in values
+    return TaskStatus.RUNNING.value in values or any(c is RUNNING_ONLY for c in clauses)
+
+
+# The clause by which the counters start a list from the running tasks
+# (core.ledger.counted_terms): one object, so that lists_running knows it.
+RUNNING_ONLY = status_is(TaskStatus.RUNNING.value)
 
 
 _EQUALITY_FIELDS: dict[str, Callable[[], ColumnElement[str]]] = {
@@ -183,10 +205,6 @@ _EQUALITY_FIELDS: dict[str, Callable[[], ColumnElement[str]]] = {
     "code": _code,
     "stage": lambda: TASKS.c.stage,
 }
-
-# A negated comparison is the opposite comparison: !attempt:>3 is attempt:<=3.
-_OPPOSITE = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "=": "!="}
-
 
 # A filter's statements are prepared once and executed with the user's values; after
 # five executions PostgreSQL may plan one for no value (a generic plan), guessing a
@@ -210,6 +228,8 @@ def filter_clauses(
     identical terms once). With ``conn``, a name few documents carry also drives the
     list from those documents (:func:`name_drivers`), and on PostgreSQL the rest of
     the transaction plans each statement for its values (:data:`CUSTOM_PLANS`)."""
+    if task_filter.never_matches:
+        return [false()]
     if conn is not None and conn.dialect.name == "postgresql":
         conn.exec_driver_sql(CUSTOM_PLANS)
     patterns: dict[tuple[str | None, bool], list[str]] = defaultdict(list)
@@ -218,7 +238,6 @@ def filter_clauses(
     prefixes: dict[str, list[str]] = defaultdict(list)
     equal: dict[str, set[str]] = defaultdict(set)
     unequal: dict[str, set[str]] = defaultdict(set)
-    attempts: dict[str, set[int]] = defaultdict(set)
     others: dict[Term, None] = {}
     for term in task_filter.terms:
         if term.field in _PATTERN_FIELDS:
@@ -236,7 +255,7 @@ def filter_clauses(
         elif term.field in _EQUALITY_FIELDS:
             (unequal if term.negate else equal)[term.field].add(term.value)
         elif term.field == "attempt":
-            attempts[_OPPOSITE[term.op] if term.negate else term.op].add(int(term.value))
+            pass  # all of them at once: _attempt_clauses
         else:
             others[term] = None
     clauses: list[ColumnElement[bool]] = []
@@ -245,10 +264,18 @@ def filter_clauses(
     for field, negate in sorted(patterns, key=lambda k: (k[0] or "", k[1])):
         match = _PATTERN_FIELDS[field][1]
         values = patterns[field, negate]
+        one = len(values) == 1 and bool(values[0]) and field in _WANTED_ONE
+        if one and negate:
+            # Not a match on the bare column, NULL (no document) included: the same
+            # answer as the coalesce's negation, estimated from the column's
+            # statistics. PostgreSQL guessed !name:a (half the names) at 42 tasks of
+            # a million, hashed every document and sorted: 1.4 s, 5 ms in order.
+            unwanted = _WANTED_ONE[field](literal(values[0], String))
+            clauses.append(unwanted.is_not(true()))
+            continue
         # Not beside a driver: there the documents are found by it, and a bare column
         # would also let PostgreSQL read the trigram index a second time for the join.
-        one = not negate and len(values) == 1 and values[0]
-        if one and field in _WANTED_ONE and field not in drivers:
+        if one and field not in drivers:
             match = _WANTED_ONE[field]
         clauses.append(_pattern_clause(match, values, negate=negate))
     clauses.extend(drivers.values())
@@ -266,10 +293,18 @@ def filter_clauses(
     driven = bool(drivers or page_driver or worker_driver)
     status_seeks = not driven or conn is None or conn.dialect.name != "sqlite"
     if conn is not None and conn.dialect.name == "sqlite":
-        clauses.extend(_prefix_ranges(prefixes))
+        clauses.extend(_prefix_ranges(conn, prefixes))
+    if any(len(wanted) > 1 for wanted in equal.values()):
+        return [false()]  # one column equal to two values at once
+    if conn is not None:
+        statuses = counted_terms.matching_statuses(conn, equal, unequal, FILTERED)
+        # A status of the filter's own, or a driver, already says where to start.
+        may_drive = not driven and "status" not in equal and "code" not in equal
+        counted = counted_terms.counted_clauses(statuses, _status_driver, may_drive=may_drive)
+        if counted is None:
+            return [false()]  # the counters say no task meets these terms
+        clauses.extend(counted)
     for field, wanted in sorted(equal.items()):
-        if len(wanted) > 1:  # one column equal to two values at once
-            return [false()]
         value = next(iter(wanted))
         if field == "status":
             # The coalesce of a NOT NULL column is the column, and seeks no index.
@@ -284,7 +319,7 @@ def filter_clauses(
             clauses.append(_EQUALITY_FIELDS[field]() == value)
     for field, refused in sorted(unequal.items()):
         clauses.append(_EQUALITY_FIELDS[field]().not_in(sorted(refused)))
-    clauses.extend(_attempt_clauses(attempts))
+    clauses.extend(_attempt_clauses(task_filter.terms))
     clauses.extend(single(term) for term in others)
     return clauses
 
@@ -346,17 +381,23 @@ def name_drivers(
     for field in _NAMED_FIELDS:
         for value in values.get(field, ()):
             id_prefix = field is None and _may_start_an_id(value)
-            if field is None and not _bare_drivable(dialect, value, id_prefix=id_prefix):
+            if field is None and not _bare_drivable(value):
                 continue
             if not name_index.few_named(conn, value, FILTERED):
                 continue
             named = name_index.named_documents(dialect, value)
             driver: ColumnElement[bool] = TASKS.c.document_id.in_(named)
-            if id_prefix:
+            if id_prefix and dialect == "sqlite":
                 # A bare word also matches a task id's prefix: a range of the primary
                 # key, so that each side of the OR seeks an index.
                 in_range = (TASKS.c.id >= value) & (TASKS.c.id < value + _PAST_PREFIX)
                 driver = driver | in_range
+            elif id_prefix:
+                # PostgreSQL does not OR a semi-join with an index scan: it read every
+                # task for a bare word that may start an id (abcd: 4-5 s at a
+                # million). The tasks of both, by id, from the documents and from
+                # 0021's pattern index, which holds a LIKE prefix under any collation.
+                driver = TASKS.c.id.in_(_named_or_prefixed(named, value))
             drivers[field] = driver
             break
     return drivers
@@ -369,18 +410,29 @@ _PREFIX_COLUMNS: dict[str, Callable[[], ColumnElement[str]]] = {
 }
 
 
-def _prefix_ranges(prefixes: Mapping[str, list[str]]) -> list[ColumnElement[bool]]:
-    """For each wanted ``id:``/``document:`` prefix, the range of its column that
-    holds it, beside its LIKE (which stays the test): SQLite's LIKE is
-    case-insensitive, so it never seeks a BINARY index with one, and ``id:3f2a`` read
-    every task (110 ms of CPU, 350+ ms under load, at a million). A range is the
+# Tasks in an id or document prefix's range at most for the list to start from the
+# range: gathered and sorted (as a rare name's documents). A shorter prefix holds many
+# (``id:0``: one task in 16, 62 500 sorted at a million, 160 ms), found sooner in the
+# list's order.
+FEW_PREFIXED = 2_000
+
+
+def _prefix_ranges(
+    conn: Connection, prefixes: Mapping[str, list[str]]
+) -> list[ColumnElement[bool]]:
+    """For each wanted ``id:``/``document:`` prefix whose tasks are few, the range of
+    its column that holds it, beside its LIKE (which stays the test): SQLite's LIKE
+    is case-insensitive, so it never seeks a BINARY index with one, and ``id:3f2a``
+    read every task (110 ms of CPU, 350+ ms under load, at a million). A range is the
     prefix's exactly where ids order byte by byte, which SQLite's do (a PostgreSQL
-    collation may not: see :func:`_bare_drivable`)."""
+    collation may not: PostgreSQL seeks 0021's pattern index with the LIKE itself)."""
     clauses: list[ColumnElement[bool]] = []
     for field, values in sorted(prefixes.items()):
         column = _PREFIX_COLUMNS[field]()
         for value in values:
-            clauses.append((column >= value) & (column < value + _PAST_PREFIX))
+            in_range = (column >= value) & (column < value + _PAST_PREFIX)
+            if at_most(conn, select(column).where(in_range), FEW_PREFIXED, FILTERED):
+                clauses.append(in_range)
     return clauses
 
 
@@ -388,14 +440,20 @@ def _may_start_an_id(value: str) -> bool:
     return len(value) <= _TASK_ID_LENGTH and _TASK_ID_CHARS.issuperset(value)
 
 
-def _bare_drivable(dialect: str, value: str, *, id_prefix: bool) -> bool:
+def _named_or_prefixed(named: Select[tuple[str]], prefix: str) -> CompoundSelect:
+    """The ids of the tasks of the ``named`` documents and of those whose id starts
+    with ``prefix`` (hex digits: nothing to escape)."""
+    by_name, by_id = TASKS.alias("by_name"), TASKS.alias("by_id")
+    return union_all(
+        select(by_name.c.id).where(by_name.c.document_id.in_(named)),
+        select(by_id.c.id).where(by_id.c.id.like(prefix + "%")),
+    )
+
+
+def _bare_drivable(value: str) -> bool:
     """Whether a bare word's tasks are all among those its name and id find: no error
-    code contains it (a code is one of ErrorCode's, each a task row's error_code), and
-    where it may start a task id, the ledger orders ids byte by byte (SQLite; a
-    PostgreSQL collation may not, so a range of ids need not hold their prefix)."""
-    if any(value in code.value for code in ErrorCode):
-        return False
-    return dialect == "sqlite" or not id_prefix
+    code contains it (a code is one of ErrorCode's, each a task row's error_code)."""
+    return not any(value in code.value for code in ErrorCode)
 
 
 def _pattern_clause(match: Match, values: list[str], *, negate: bool) -> ColumnElement[bool]:
@@ -409,20 +467,33 @@ def _pattern_clause(match: Match, values: list[str], *, negate: bool) -> ColumnE
     return ~exists(select(literal(1)).select_from(rows).where(test))
 
 
-def _attempt_clauses(attempts: Mapping[str, Iterable[int]]) -> list[ColumnElement[bool]]:
-    attempt = TASKS.c.attempt
-    lows = [v for v in attempts.get(">=", ())] + [v + 1 for v in attempts.get(">", ())]
-    highs = [v for v in attempts.get("<=", ())] + [v - 1 for v in attempts.get("<", ())]
-    equals = set(attempts.get("=", ()))
-    clauses: list[ColumnElement[bool]] = []
-    if len(equals) > 1:
+def _status_driver(status: str) -> ColumnElement[bool]:
+    return RUNNING_ONLY if status == TaskStatus.RUNNING.value else status_is(status)
+
+
+def _attempt_clauses(terms: tuple[Term, ...]) -> list[ColumnElement[bool]]:
+    """The attempt terms' bounds (core.filters.attempt_bounds), and where the lowest
+    is past :data:`RETRIED_ABOVE` the partial index's own WHERE beside them, so the
+    list reads only the tasks that were retried: few, and on a ledger whose tasks
+    stop at 3 attempts ``attempt:>3`` read all of a million tasks to find none
+    (0.8 s on SQLite)."""
+    if not any(t.field == "attempt" for t in terms):
+        return []
+    bounds = attempt_bounds(terms)
+    if bounds is None:
         return [false()]
-    if equals:
-        clauses.append(attempt == next(iter(equals)))
-    if lows:
-        clauses.append(attempt >= max(lows))
-    if highs:
-        clauses.append(attempt <= min(highs))
-    if "!=" in attempts:
-        clauses.append(attempt.not_in(sorted(attempts["!="])))
+    low, high, excluded = bounds
+    attempt = TASKS.c.attempt
+    clauses: list[ColumnElement[bool]] = []
+    if low == high:
+        clauses.append(attempt == low)
+    else:
+        if low > 0:
+            clauses.append(attempt >= low)
+        if high is not None:
+            clauses.append(attempt <= high)
+    if low > RETRIED_ABOVE:
+        clauses.append(attempt > literal_column(str(RETRIED_ABOVE)))
+    if excluded:
+        clauses.append(attempt.not_in(sorted(excluded)))
     return clauses
