@@ -81,6 +81,15 @@ FILTERS = (
     "!status:succeeded",
     "status:queued",
     "status:cancelled",  # matches nothing: the whole ledger is searched
+    # Kinds a sweep of the language found reading every task (core.ledger.filter_sql):
+    "status:running",  # few, and pages of them by keyset
+    "attempt:>3",  # none: tasks stop at 3 attempts (0021's index of retried tasks)
+    "stage:indexing",  # none: every task has finished or not begun (the counters)
+    "name:report !name:rep",  # contradicts itself (core.filters.TaskFilter.never_matches)
+    "id:0",  # one task in 16: read in order, not gathered and sorted
+    "3f2a",  # a bare word that may start a task id (PostgreSQL: a pattern index)
+    "!name:a",  # half the names (PostgreSQL: estimated from the column)
+    "status:failed code:parse_error",  # related columns (PostgreSQL: their statistics)
 )
 
 PRUNE_DAYS = 90  # the prune at the end deletes the tasks older than this (half of them)

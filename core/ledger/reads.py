@@ -52,6 +52,10 @@ from core.ledger.views import (
 from core.states import DocumentStatus, ErrorCode, TaskStatus
 
 FEED_LIMIT = 5000  # tasks per "what changed since R" answer
+# Tasks a filtered read asks for at most to be read as a screenful, without
+# PostgreSQL's parallel workers (filter_sql.SCREENFUL_PLANS): the dashboard's window
+# (200), an API page (at most 1 000), a capped count (1 000).
+SCREENFUL_MAX = 1000
 
 UNREFERENCED_SLICE = 500  # object keys asked about per statement
 HISTORIES_SLICE = 500  # tasks whose history is read per statement
@@ -91,10 +95,14 @@ class Reads:
         against this ledger's review threshold."""
         return term_clause(term, self.review_below)
 
-    def filter_clauses(self, task_filter: TaskFilter, conn: Connection) -> list[Any]:
+    def filter_clauses(
+        self, task_filter: TaskFilter, conn: Connection, *, screenful: bool = False
+    ) -> list[Any]:
         """The filter's WHERE clauses over the tasks joined to their documents, for
         this transaction (see :func:`core.ledger.filter_sql.filter_clauses`)."""
-        return filter_clauses(task_filter, self._term_clause, conn, self.review_below)
+        return filter_clauses(
+            task_filter, self._term_clause, conn, self.review_below, screenful=screenful
+        )
 
     # ------------------------------------------------------------------ tasks
 
@@ -136,7 +144,9 @@ class Reads:
         def tx(conn: Connection) -> list[TaskView]:
             # The filter's clauses in the transaction: a rare name is looked up first
             # (core.ledger.name_index), the counters asked (core.ledger.counted_terms).
-            clauses = self.filter_clauses(filter, conn) if filter else []
+            # A page, or every task (limit None): only a page is a screenful.
+            screenful = limit is not None and limit <= SCREENFUL_MAX
+            clauses = self.filter_clauses(filter, conn, screenful=screenful) if filter else []
             listing = query.where(*clauses)
             # Running tasks only: the same order, which no index provides, and the
             # keyset spelled alike, or SQLite seeks ix_tasks_created for the page's
@@ -261,7 +271,8 @@ class Reads:
         def tx(conn: Connection) -> int:
             counted = matching
             if filter:
-                counted = counted.where(*self.filter_clauses(filter, conn))
+                capped = at_most is not None and at_most <= SCREENFUL_MAX
+                counted = counted.where(*self.filter_clauses(filter, conn, screenful=capped))
             if at_most is not None:
                 counted = counted.limit(at_most + 1)
             query = select(func.count()).select_from(counted.subquery())
