@@ -21,6 +21,7 @@ checkpoints, so none is ever held across a sleep.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,11 +44,17 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 SQLITE_THREADS = 4  # threads running SQLite reads (writes have a thread of their own)
 SQLITE_POOL_SIZE = 8  # connections kept open per SQLite ledger
 WRITE_OPTION = "ingestdesk_write"
 # Serialises ledger writers on PostgreSQL (see the module docstring).
 PG_WRITE_LOCK_KEY = 0x1D6E57  # arbitrary, fixed forever
+# Seconds PostgreSQL's close() waits for the transactions under way to hand their
+# connections back before it disposes of the pool regardless (one stuck on a dead
+# socket must not hang quitting for ever).
+PG_CLOSE_WAIT_S = 10.0
 
 
 class Transactions(Protocol):
@@ -303,32 +310,72 @@ class PostgresTransactions:
             raise BadInput(
                 f"cannot use ledger URL {url.render_as_string(hide_password=True)}: {exc}"
             ) from exc
+        # Transactions under way, and the future close() waits on for the last of
+        # them (see close()).
+        self._under_way = 0
+        self._closed = False
+        self._drained: asyncio.Future[None] | None = None
 
     async def read(self, tx: Callable[[Connection], T]) -> T:
-        try:
-            async with self.engine.begin() as conn:
-                return await conn.run_sync(tx)
-        except Exception as exc:
-            fault = outside_fault(exc, self.url)
-            if fault is None or fault is exc:
-                raise  # not an outside fault (a bug stays a bug), or already one
-            raise fault from exc
+        return await self._run(tx, write=False)
 
     async def write(self, tx: Callable[[Connection], T]) -> T:
+        return await self._run(tx, write=True)
+
+    async def _run(self, tx: Callable[[Connection], T], *, write: bool) -> T:
+        if self._closed:
+            # The pool was disposed of: a connection opened now would belong to a pool
+            # nobody disposes of (SQLite's closed thread pool refuses the same way).
+            raise RuntimeError(f"ledger {shown_url(self.url)} is closed")
+        self._under_way += 1
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(
-                    text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_WRITE_LOCK_KEY}
-                )
+                if write:
+                    await conn.execute(
+                        text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_WRITE_LOCK_KEY}
+                    )
                 return await conn.run_sync(tx)
         except Exception as exc:
             fault = outside_fault(exc, self.url)
             if fault is None or fault is exc:
                 raise  # not an outside fault (a bug stays a bug), or already one
             raise fault from exc
+        finally:
+            # Counted down only once the connection is back in the pool (a cancelled
+            # transaction hands it back before its CancelledError comes out here).
+            self._under_way -= 1
+            if not self._under_way and self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)
 
     async def prepare(self) -> None:
         await _migrate(self, self.url)
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        """Refuse new transactions, wait for those under way, then close the pool.
+
+        ``dispose()`` closes only the connections checked in: one a transaction still
+        holds goes back, afterwards, to the pool just discarded, where nothing ever
+        closes it; asyncpg then finds it open when it is garbage-collected (an
+        "unclosed connection" ResourceWarning, its socket with it). A dashboard
+        leaves such transactions behind when it quits: a poll that started while it
+        shut down, or a worker Textual cancelled without waiting for it (a cancelled
+        read hands its connection back a moment later). SQLite's close waits for its
+        threads the same way.
+        """
+        self._closed = True
+        try:
+            if self._under_way:
+                if self._drained is None:
+                    self._drained = asyncio.get_running_loop().create_future()
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._drained), PG_CLOSE_WAIT_S)
+                except TimeoutError:
+                    logger.warning(
+                        "closing ledger %s with %d transaction(s) still under way after "
+                        "%.0fs; their connections are dropped",
+                        shown_url(self.url),
+                        self._under_way,
+                        PG_CLOSE_WAIT_S,
+                    )
+        finally:
+            await self.engine.dispose()
